@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * dm-lbs: big-sector devices under a small-sector page cache.
+ *
+ * Table line:
+ *   <start> <len> lbs <dev> <offset> <block_size> [<#opt_args> <opt_args>...]
+ *
+ * This file parses the table, builds and tears down a target, and
+ * registers the target type.  See docs/dm-lbs.rst.
+ */
+
+#include <linux/module.h>
+
+#include "dm-lbs.h"
+
+struct lbs_uint_opt {
+	const char *name;
+	unsigned int min, max;
+	char *missing, *invalid, *duplicate;
+};
+
+enum { LBS_OPT_LBS, LBS_OPT_CACHE, LBS_OPT_WB_DELAY, LBS_NR_UINT_OPTS };
+
+static const struct lbs_uint_opt lbs_uint_opts[LBS_NR_UINT_OPTS] = {
+	[LBS_OPT_LBS] = { "logical_block_size", SECTOR_SIZE, 4096,
+		"Missing value for logical_block_size",
+		"Invalid logical_block_size",
+		"Duplicate logical_block_size" },
+	[LBS_OPT_CACHE] = { "cache_size", 1, LBS_MAX_CACHE_MB,
+		"Missing value for cache_size",
+		"Invalid cache_size",
+		"Duplicate cache_size" },
+	[LBS_OPT_WB_DELAY] = { "writeback_delay", 1, LBS_MAX_WB_DELAY_MS,
+		"Missing value for writeback_delay",
+		"Invalid writeback_delay",
+		"Duplicate writeback_delay" },
+};
+
+static int lbs_parse_flag(const char *name, bool *flag, struct dm_target *ti)
+{
+	if (*flag) {
+		ti->error = !strcasecmp(name, "write_through") ?
+			"Duplicate write_through" : "Duplicate no_discard_passdown";
+		return -EINVAL;
+	}
+	*flag = true;
+	return 0;
+}
+
+static int lbs_parse_opts(struct dm_arg_set *as, struct lbs_c *lc,
+			  struct dm_target *ti)
+{
+	static const struct dm_arg group = {
+		0, 2 * LBS_NR_UINT_OPTS + 2, "Invalid number of optional arguments"
+	};
+	unsigned int *vals[LBS_NR_UINT_OPTS] = {
+		&lc->lbs, &lc->cache_mb, &lc->wb_delay_ms
+	};
+	bool *set[LBS_NR_UINT_OPTS] = {
+		&lc->lbs_set, &lc->cache_set, &lc->wb_delay_set
+	};
+	const struct lbs_uint_opt *o;
+	unsigned int argc, i;
+	const char *name;
+	int r;
+
+	if (!as->argc)
+		return 0;
+	r = dm_read_arg_group(&group, as, &argc, &ti->error);
+	if (r)
+		return r;
+
+	while (argc) {
+		name = dm_shift_arg(as);
+		argc--;
+
+		if (!strcasecmp(name, "write_through")) {
+			r = lbs_parse_flag(name, &lc->write_through, ti);
+			if (r)
+				return r;
+			continue;
+		}
+		if (!strcasecmp(name, "no_discard_passdown")) {
+			r = lbs_parse_flag(name, &lc->no_discard_passdown, ti);
+			if (r)
+				return r;
+			continue;
+		}
+
+		for (i = 0; i < LBS_NR_UINT_OPTS; i++)
+			if (!strcasecmp(name, lbs_uint_opts[i].name))
+				break;
+		if (i == LBS_NR_UINT_OPTS) {
+			ti->error = "Unrecognised optional argument";
+			return -EINVAL;
+		}
+		o = &lbs_uint_opts[i];
+		if (*set[i]) {
+			ti->error = o->duplicate;
+			return -EINVAL;
+		}
+		if (!argc) {
+			ti->error = o->missing;
+			return -EINVAL;
+		}
+		name = dm_shift_arg(as);
+		argc--;
+		if (kstrtouint(name, 10, vals[i]) ||
+		    *vals[i] < o->min || *vals[i] > o->max) {
+			ti->error = o->invalid;
+			return -EINVAL;
+		}
+		*set[i] = true;
+	}
+
+	if (lc->lbs_set && !is_power_of_2(lc->lbs)) {
+		ti->error = lbs_uint_opts[LBS_OPT_LBS].invalid;
+		return -EINVAL;
+	}
+	if (lc->write_through && lc->wb_delay_set) {
+		ti->error = "writeback_delay conflicts with write_through";
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int lbs_parse_geometry(struct dm_arg_set *as, struct lbs_c *lc,
+			      struct dm_target *ti, const char **devname)
+{
+	unsigned long long offset;
+	const char *arg;
+	char dummy;
+
+	*devname = dm_shift_arg(as);
+
+	arg = dm_shift_arg(as);
+	if (sscanf(arg, "%llu%c", &offset, &dummy) != 1 ||
+	    offset != (sector_t)offset) {
+		ti->error = "Invalid offset";
+		return -EINVAL;
+	}
+	lc->start = offset;
+
+	arg = dm_shift_arg(as);
+	if (kstrtouint(arg, 10, &lc->block_size) ||
+	    !is_power_of_2(lc->block_size) ||
+	    lc->block_size < LBS_MIN_BLOCK_SIZE ||
+	    lc->block_size > LBS_MAX_BLOCK_SIZE) {
+		ti->error = "Invalid block size";
+		return -EINVAL;
+	}
+	if (lc->block_size < PAGE_SIZE) {
+		ti->error = "Block size smaller than a page";
+		return -EINVAL;
+	}
+	lc->block_sectors = lc->block_size >> SECTOR_SHIFT;
+	lc->block_shift = ilog2(lc->block_sectors);
+	lc->pages_per_block = lc->block_size >> PAGE_SHIFT;
+
+	if (lc->start & (lc->block_sectors - 1)) {
+		ti->error = "Offset not a multiple of block size";
+		return -EINVAL;
+	}
+	if (ti->len & (lc->block_sectors - 1)) {
+		ti->error = "Length not a multiple of block size";
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Can the device take our requests without splitting a block? */
+static int lbs_check_device(struct lbs_c *lc, struct dm_target *ti)
+{
+	struct block_device *bdev = lc->dev->bdev;
+	struct request_queue *q = bdev_get_queue(bdev);
+	unsigned int max_io;
+
+	if ((dm_table_get_mode(ti->table) & LBS_MODE_WRITE) &&
+	    bdev_read_only(bdev)) {
+		ti->error = "Device is read-only";
+		return -EROFS;
+	}
+	if (lc->block_size < bdev_logical_block_size(bdev)) {
+		ti->error = "Block size smaller than the device's logical block size";
+		return -EINVAL;
+	}
+	if (lc->block_size < 2 * lc->lbs) {
+		ti->error = "Block size must be at least twice the logical block size";
+		return -EINVAL;
+	}
+	if (lc->start + ti->len > bdev_nr_sectors(bdev) ||
+	    lc->start + ti->len < lc->start) {
+		ti->error = "Device too small for the mapping";
+		return -EINVAL;
+	}
+	if (queue_max_sectors(q) < lc->block_sectors) {
+		ti->error = "Block size exceeds the device's maximum request size";
+		return -EINVAL;
+	}
+	if (queue_max_segments(q) < lc->pages_per_block) {
+		ti->error = "Block size needs more segments than the device takes";
+		return -EINVAL;
+	}
+
+	/*
+	 * The device splits what exceeds its limits wherever they fall:
+	 * keep pass-through bios within them, cut at block boundaries.
+	 */
+	max_io = min_t(unsigned int, queue_max_sectors(q),
+		       (queue_max_segments(q) - 1) << (PAGE_SHIFT - SECTOR_SHIFT));
+	max_io = max(rounddown(max_io, lc->block_sectors), lc->block_sectors);
+	return dm_set_target_max_io_len(ti, max_io);
+}
+
+static void lbs_destroy(struct lbs_c *lc)
+{
+	if (lc->flush_wq)
+		destroy_workqueue(lc->flush_wq);
+	if (lc->wq)
+		destroy_workqueue(lc->wq);
+	lbs_cache_exit(lc);
+	bioset_exit(&lc->bs);
+	if (lc->dev)
+		dm_put_device(lc->ti, lc->dev);
+	kfree(lc);
+}
+
+static int lbs_ctr(struct dm_target *ti, unsigned int argc, char **argv)
+{
+	struct dm_arg_set as = { .argc = argc, .argv = argv };
+	const char *devname;
+	struct lbs_c *lc;
+	int r, i;
+
+	if (argc < 3) {
+		ti->error = "Invalid argument count";
+		return -EINVAL;
+	}
+	lc = kzalloc(sizeof(*lc), GFP_KERNEL);
+	if (!lc) {
+		ti->error = "Cannot allocate context";
+		return -ENOMEM;
+	}
+	lc->ti = ti;
+	lc->lbs = 4096;
+	lc->cache_mb = LBS_DEFAULT_CACHE_MB;
+	lc->wb_delay_ms = LBS_DEFAULT_WB_DELAY_MS;
+
+	r = lbs_parse_geometry(&as, lc, ti, &devname);
+	if (!r)
+		r = lbs_parse_opts(&as, lc, ti);
+	if (r)
+		goto bad;
+
+	r = dm_get_device(ti, devname, dm_table_get_mode(ti->table), &lc->dev);
+	if (r) {
+		ti->error = "Device lookup failed";
+		goto bad;
+	}
+	r = lbs_check_device(lc, ti);
+	if (r)
+		goto bad;
+
+	lc->max_blocks = max_t(u64, 1, ((u64)lc->cache_mb << 20) / lc->block_size);
+	r = -ENOMEM;
+	lc->wq = alloc_workqueue("kdmlbs/%s", WQ_MEM_RECLAIM | WQ_UNBOUND, 0,
+				 dm_table_device_name(ti->table));
+	lc->flush_wq = alloc_workqueue("kdmlbs_flush/%s", WQ_MEM_RECLAIM, 1,
+				       dm_table_device_name(ti->table));
+	if (!lc->wq || !lc->flush_wq) {
+		ti->error = "Cannot allocate workqueue";
+		goto bad;
+	}
+	r = bioset_init(&lc->bs, BIO_POOL_SIZE, 0, BIOSET_NEED_BVECS);
+	if (r) {
+		ti->error = "Cannot allocate bioset";
+		goto bad;
+	}
+	r = lbs_cache_init(lc);
+	if (r) {
+		ti->error = "Cannot allocate block cache";
+		goto bad;
+	}
+	lbs_wb_init(lc);
+	for (i = 0; i < LBS_NR_STATS; i++)
+		atomic64_set(&lc->stats[i], 0);
+
+	ti->num_flush_bios = 1;
+	ti->num_discard_bios = 1;
+	ti->num_write_zeroes_bios = 1;
+	ti->per_io_data_size = sizeof(struct lbs_bio);
+	/* Write-back holds acknowledged data: ask for flushes. */
+	ti->flush_supported = !lc->write_through;
+	ti->discards_supported = lc->no_discard_passdown;
+	ti->private = lc;
+	return 0;
+
+bad:
+	lbs_destroy(lc);
+	return r;
+}
+
+static void lbs_dtr(struct dm_target *ti)
+{
+	struct lbs_c *lc = ti->private;
+
+	/* Suspended already: nothing new comes in; write what is left. */
+	lbs_wb_stop_timer(lc);
+	flush_workqueue(lc->flush_wq);
+	lbs_wb_write_all(lc);
+	flush_workqueue(lc->wq);
+	lbs_destroy(lc);
+}
+
+static int lbs_iterate_devices(struct dm_target *ti,
+			       iterate_devices_callout_fn fn, void *data)
+{
+	struct lbs_c *lc = ti->private;
+
+	return fn(ti, lc->dev, lc->start, ti->len, data);
+}
+
+static struct target_type lbs_target = {
+	.name		 = "lbs",
+	.version	 = {1, 0, 0},
+	.module		 = THIS_MODULE,
+	.ctr		 = lbs_ctr,
+	.dtr		 = lbs_dtr,
+	.map		 = lbs_map,
+	.end_io		 = lbs_end_io,
+	.presuspend	 = lbs_presuspend,
+	.postsuspend	 = lbs_postsuspend,
+	.resume		 = lbs_resume,
+	.status		 = lbs_status,
+	.message	 = lbs_message,
+	.io_hints	 = lbs_io_hints,
+	.iterate_devices = lbs_iterate_devices,
+};
+
+static int __init dm_lbs_init(void)
+{
+	int r = dm_register_target(&lbs_target);
+
+	if (r < 0)
+		DMERR("register failed %d", r);
+	return r;
+}
+
+static void __exit dm_lbs_exit(void)
+{
+	dm_unregister_target(&lbs_target);
+}
+
+module_init(dm_lbs_init);
+module_exit(dm_lbs_exit);
+
+MODULE_DESCRIPTION(DM_NAME " target for devices with blocks larger than a page");
+MODULE_LICENSE("GPL");

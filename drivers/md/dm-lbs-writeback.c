@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * dm-lbs write-back: when dirty blocks reach the device.
+ *
+ * Partial writes are acknowledged once they are in the cache.  A block goes
+ * down whole when it fills up, when it has been dirty for writeback_delay,
+ * when the cache needs room, and before any FLUSH completes: the FLUSH waits
+ * for every block that was dirty when it arrived, and fails if write-back
+ * lost acknowledged data since the last FLUSH.
+ */
+
+#include "dm-lbs.h"
+
+/* Flag every dirty block for write-back and wait for all of them. */
+int lbs_wb_write_all(struct lbs_c *lc)
+{
+	int errors = atomic_read(&lc->wb_errors);
+	struct lbs_block *blk;
+	unsigned long index;
+
+	if (!atomic_read(&lc->nr_dirty))
+		return 0;
+
+	for (index = 0; (blk = lbs_block_next(lc, &index)); index++) {
+		if (test_bit(LBS_B_DIRTY, &blk->flags)) {
+			set_bit(LBS_B_FLUSH_PENDING, &blk->flags);
+			set_bit(LBS_B_WB_WANTED, &blk->flags);
+			lbs_block_queue(blk);
+		}
+		lbs_block_put(blk);
+	}
+	for (index = 0; (blk = lbs_block_next(lc, &index)); index++) {
+		wait_event(lc->wb_wait,
+			   !test_bit(LBS_B_FLUSH_PENDING, &blk->flags));
+		lbs_block_put(blk);
+	}
+	return atomic_read(&lc->wb_errors) != errors ? -EIO : 0;
+}
+
+/* Cache pressure: start write-back of a few dirty blocks, do not wait. */
+void lbs_wb_kick(struct lbs_c *lc, unsigned int nr)
+{
+	struct lbs_block *blk;
+	unsigned long index;
+
+	for (index = 0; nr && (blk = lbs_block_next(lc, &index)); index++) {
+		if (test_bit(LBS_B_DIRTY, &blk->flags) &&
+		    !test_and_set_bit(LBS_B_WB_WANTED, &blk->flags)) {
+			lbs_block_queue(blk);
+			nr--;
+		}
+		lbs_block_put(blk);
+	}
+}
+
+bool lbs_wb_flush_needed(struct lbs_c *lc)
+{
+	return atomic_read(&lc->nr_dirty) ||
+	       atomic_read(&lc->wb_errors) != READ_ONCE(lc->wb_errors_seen);
+}
+
+void lbs_wb_queue_flush(struct lbs_c *lc, struct bio *bio)
+{
+	spin_lock_irq(&lc->flush_lock);
+	bio_list_add(&lc->flush_bios, bio);
+	spin_unlock_irq(&lc->flush_lock);
+	queue_work(lc->flush_wq, &lc->flush_work);
+}
+
+static void lbs_wb_flush_work(struct work_struct *work)
+{
+	struct lbs_c *lc = container_of(work, struct lbs_c, flush_work);
+	struct bio_list bios;
+	struct bio *bio;
+	bool failed;
+	int errors;
+
+	spin_lock_irq(&lc->flush_lock);
+	bios = lc->flush_bios;
+	bio_list_init(&lc->flush_bios);
+	spin_unlock_irq(&lc->flush_lock);
+
+	/* Every flush in the batch arrived before this pass started. */
+	lbs_wb_write_all(lc);
+	errors = atomic_read(&lc->wb_errors);
+	failed = errors != lc->wb_errors_seen;
+	WRITE_ONCE(lc->wb_errors_seen, errors);
+
+	while ((bio = bio_list_pop(&bios))) {
+		struct lbs_bio *pb = dm_per_bio_data(bio, sizeof(*pb));
+
+		if (failed) {
+			bio->bi_status = BLK_STS_IOERR;
+			bio_endio(bio);
+			continue;
+		}
+		pb->remapped = true;
+		lbs_remap(lc, bio);
+		submit_bio_noacct(bio);
+	}
+}
+
+static void lbs_wb_timer(struct work_struct *work)
+{
+	struct lbs_c *lc = container_of(to_delayed_work(work), struct lbs_c,
+					wb_work);
+	unsigned long age = msecs_to_jiffies(lc->wb_delay_ms);
+	struct lbs_block *blk;
+	unsigned long index;
+
+	for (index = 0; atomic_read(&lc->nr_dirty) &&
+	     (blk = lbs_block_next(lc, &index)); index++) {
+		if (test_bit(LBS_B_DIRTY, &blk->flags) &&
+		    time_after_eq(jiffies, blk->dirtied + age) &&
+		    !test_and_set_bit(LBS_B_WB_WANTED, &blk->flags))
+			lbs_block_queue(blk);
+		lbs_block_put(blk);
+	}
+	queue_delayed_work(lc->flush_wq, &lc->wb_work, max(age / 2, 1UL));
+}
+
+void lbs_wb_init(struct lbs_c *lc)
+{
+	spin_lock_init(&lc->flush_lock);
+	bio_list_init(&lc->flush_bios);
+	INIT_WORK(&lc->flush_work, lbs_wb_flush_work);
+	INIT_DELAYED_WORK(&lc->wb_work, lbs_wb_timer);
+	init_waitqueue_head(&lc->wb_wait);
+}
+
+void lbs_wb_start_timer(struct lbs_c *lc)
+{
+	if (!lc->write_through)
+		queue_delayed_work(lc->flush_wq, &lc->wb_work,
+				   msecs_to_jiffies(lc->wb_delay_ms));
+}
+
+void lbs_wb_stop_timer(struct lbs_c *lc)
+{
+	cancel_delayed_work_sync(&lc->wb_work);
+}
+
+void lbs_presuspend(struct dm_target *ti)
+{
+	lbs_wb_write_all(ti->private);
+}
+
+void lbs_postsuspend(struct dm_target *ti)
+{
+	struct lbs_c *lc = ti->private;
+
+	/* Bios are drained now: write what came after presuspend. */
+	lbs_wb_stop_timer(lc);
+	if (atomic_read(&lc->nr_dirty)) {
+		lbs_wb_write_all(lc);
+		blkdev_issue_flush(lc->dev->bdev);
+	}
+	flush_workqueue(lc->wq);
+	/* The device may change under a suspended table: forget it. */
+	while (lbs_cache_evict(lc, ULONG_MAX))
+		;
+}
+
+void lbs_resume(struct dm_target *ti)
+{
+	lbs_wb_start_timer(ti->private);
+}
