@@ -192,7 +192,8 @@ static int lbs_check_device(struct lbs_c *lc, struct dm_target *ti)
 		return -EINVAL;
 	}
 	if (queue_max_sectors(q) < lc->block_sectors) {
-		ti->error = "Block size exceeds the device's maximum request size";
+		/* The block layer would split our blocks: raise max_sectors_kb. */
+		ti->error = "Block size exceeds the device's max_sectors_kb";
 		return -EINVAL;
 	}
 	if (queue_max_segments(q) < lc->pages_per_block) {

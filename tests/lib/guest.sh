@@ -25,6 +25,11 @@ NBD_STRICT_64K=(--filter=blocksize-policy blocksize-minimum=64K
 NBD_BLOCK_SIZE=${NBD_BLOCK_SIZE:-4096}
 LBS_STATE=${LBS_STATE:-/tmp/lbs-test}
 mkdir -p "$LBS_STATE/nbd"
+# First use in this guest: start a fresh TAP file.
+if [[ ! -e $LBS_STATE/tap-count ]]; then
+	: >"$TAP_FILE"
+	echo 0 >"$LBS_STATE/tap-count"
+fi
 
 # ---------------------------------------------------------------- TAP ----
 
@@ -141,7 +146,7 @@ run_cleanups() {
 		/dev/mapper/* | /dev/dm-* | /dev/nbd*) umount -l "$m" ;;
 		esac
 	done < <(tac /proc/mounts)
-	if [[ -e /dev/mapper/control ]] && [[ -n $(dmsetup ls 2>/dev/null | grep -v '^No devices found') ]]; then
+	if [[ -e /dev/mapper/control ]] && dmsetup ls 2>/dev/null | grep -qv '^No devices found'; then
 		if ! _run dmsetup remove_all; then
 			not_ok "cleanup: remove all dm devices" "$_OUT" "$(dmsetup ls 2>&1)"
 			dmsetup remove_all --force >/dev/null 2>&1
