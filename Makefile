@@ -13,7 +13,7 @@ CHECKPATCH_DIR := $(TOP)/build/checkpatch
 DEB_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 linux-headers-amd64 \
 	busybox-static cpio kmod dmsetup nbdkit nbdkit-plugin-dev nbd-client \
 	libnbd-bin fio sg3-utils e2fsprogs xfsprogs udftools xorriso gnuplot-nox \
-	linux-source sparse gcc make perl xz-utils
+	linux-source sparse gcc make perl xz-utils python3-libnbd libpod-markdown-perl
 MISSING = $(shell dpkg-query -W -f='$${Package} $${Status}\n' $(DEB_PACKAGES) 2>/dev/null | \
 	awk '$$NF != "installed" {print $$1}'; for p in $(DEB_PACKAGES); do \
 	dpkg-query -W $$p >/dev/null 2>&1 || echo $$p; done)
