@@ -83,6 +83,7 @@ static void lbs_buf_put(struct lbs_c *lc, struct lbs_buf *buf, mempool_t *pool)
 {
 	mempool_free(buf, pool);
 	atomic_inc(&lc->free_gen);
+	smp_mb__after_atomic();	/* pairs with lbs_park(): count, then look */
 }
 
 static struct page *lbs_buf_page(struct lbs_buf *buf, unsigned int i)
@@ -213,7 +214,12 @@ void lbs_block_queue(struct lbs_block *blk)
 	lbs_block_run(blk);
 }
 
-static void lbs_park(struct lbs_block *blk)
+/*
+ * Wait for a slot (@for_slot) or for memory.  Whoever frees either bumps
+ * free_gen before looking at the parked list, and we look at free_gen after
+ * joining it: one of the two sees the other.
+ */
+static void lbs_park(struct lbs_block *blk, bool for_slot)
 {
 	struct lbs_c *lc = blk->lc;
 	int gen = atomic_read(&lc->free_gen);
@@ -225,10 +231,10 @@ static void lbs_park(struct lbs_block *blk)
 		list_add_tail(&blk->park, &lc->parked);
 	}
 	spin_unlock_irqrestore(&lc->park_lock, flags);
+	smp_mb();	/* joined the list before reading free_gen */
 
-	/* Something freed while we were deciding to park: look again. */
 	if (atomic_read(&lc->free_gen) != gen ||
-	    atomic_read(&lc->nr_bufs) < lc->max_blocks)
+	    (for_slot && atomic_read(&lc->nr_bufs) < lc->max_blocks))
 		lbs_unpark_all(lc);
 }
 
@@ -314,6 +320,7 @@ bool lbs_cache_busy(struct lbs_c *lc, unsigned long first, unsigned long last,
 static bool lbs_block_get_buf(struct lbs_block *blk)
 {
 	struct lbs_c *lc = blk->lc;
+	bool for_slot = true;
 	int tries;
 
 	for (tries = 0; tries < 2; tries++) {
@@ -321,6 +328,7 @@ static bool lbs_block_get_buf(struct lbs_block *blk)
 			blk->buf = lbs_buf_get(lc, lc->buf_pool);
 			if (blk->buf)
 				return true;
+			for_slot = false;	/* a slot, but no memory */
 		}
 		atomic_dec(&lc->nr_bufs);
 		if (!lbs_cache_evict(lc, 1))
@@ -329,7 +337,7 @@ static bool lbs_block_get_buf(struct lbs_block *blk)
 	/* Full of dirty or busy blocks: make some clean, wait for them. */
 	if (!lc->write_through)
 		lbs_wb_kick(lc, 4);
-	lbs_park(blk);
+	lbs_park(blk, for_slot);
 	return false;
 }
 
@@ -401,7 +409,7 @@ static bool lbs_block_fill(struct lbs_block *blk, bool for_write, bool for_wb)
 	if (!bitmap_empty(blk->valid, lc->block_sectors)) {
 		blk->fill = lbs_buf_get(lc, lc->bounce_pool);
 		if (!blk->fill) {
-			lbs_park(blk);
+			lbs_park(blk, false);
 			return false;
 		}
 	}
@@ -645,10 +653,12 @@ static bool lbs_block_step(struct lbs_block *blk)
 {
 	struct bio *bio;
 
-	if (test_bit(LBS_B_IO_DONE, &blk->flags))
+	if (test_bit(LBS_B_IO_DONE, &blk->flags)) {
+		smp_mb__after_atomic();	/* see io_status set before IO_DONE */
 		lbs_block_io_done(blk);
-	else if (test_bit(LBS_B_IO, &blk->flags))
+	} else if (test_bit(LBS_B_IO, &blk->flags)) {
 		return false;
+	}
 
 	/* Write-back first, so a stream of bios cannot starve a flush. */
 	if (test_bit(LBS_B_WB_WANTED, &blk->flags))

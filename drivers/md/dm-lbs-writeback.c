@@ -55,8 +55,11 @@ void lbs_wb_kick(struct lbs_c *lc, unsigned int nr)
 
 bool lbs_wb_flush_needed(struct lbs_c *lc)
 {
-	return atomic_read(&lc->nr_dirty) ||
-	       atomic_read(&lc->wb_errors) != READ_ONCE(lc->wb_errors_seen);
+	if (atomic_read(&lc->nr_dirty))
+		return true;
+	/* A lost block counts its error before it stops being dirty. */
+	smp_rmb();
+	return atomic_read(&lc->wb_errors) != READ_ONCE(lc->wb_errors_seen);
 }
 
 void lbs_wb_queue_flush(struct lbs_c *lc, struct bio *bio)
@@ -72,19 +75,23 @@ static void lbs_wb_flush_work(struct work_struct *work)
 	struct lbs_c *lc = container_of(work, struct lbs_c, flush_work);
 	struct bio_list bios;
 	struct bio *bio;
+	int before;
 	bool failed;
-	int errors;
 
 	spin_lock_irq(&lc->flush_lock);
 	bios = lc->flush_bios;
 	bio_list_init(&lc->flush_bios);
 	spin_unlock_irq(&lc->flush_lock);
 
-	/* Every flush in the batch arrived before this pass started. */
+	/*
+	 * Every flush in the batch arrived before this pass started.  An
+	 * error that lands during the pass fails this batch and, as it may
+	 * belong to data acknowledged after the batch, the next one too.
+	 */
+	before = atomic_read(&lc->wb_errors);
 	lbs_wb_write_all(lc);
-	errors = atomic_read(&lc->wb_errors);
-	failed = errors != lc->wb_errors_seen;
-	WRITE_ONCE(lc->wb_errors_seen, errors);
+	failed = atomic_read(&lc->wb_errors) != lc->wb_errors_seen;
+	WRITE_ONCE(lc->wb_errors_seen, before);
 
 	while ((bio = bio_list_pop(&bios))) {
 		struct lbs_bio *pb = dm_per_bio_data(bio, sizeof(*pb));
