@@ -220,4 +220,14 @@ extern bool bs_fault_inject (enum bs_op op, uint64_t offset, uint64_t count);
  */
 extern int bs_write_ticket (void);
 
+/* splitmix64: tiny and seedable: reproducible faults and survivors. */
+static inline uint64_t
+splitmix64 (uint64_t *s)
+{
+  uint64_t z = (*s += UINT64_C (0x9E3779B97F4A7C15));
+  z = (z ^ (z >> 30)) * UINT64_C (0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C (0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
 #endif /* BIGSECTOR_H */

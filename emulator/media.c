@@ -389,15 +389,6 @@ bs_cache_free (void)
   buckets = NULL;
 }
 
-/* splitmix64: tiny, seedable, good enough to pick survivors. */
-static uint64_t
-splitmix64 (uint64_t *s)
-{
-  uint64_t z = (*s += UINT64_C (0x9E3779B97F4A7C15));
-  z = (z ^ (z >> 30)) * UINT64_C (0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C (0x94D049BB133111EB);
-  return z ^ (z >> 31);
-}
 
 void
 bs_cache_powercut (nbdkit_next *next)
