@@ -401,8 +401,8 @@ static void lbs_block_submit(struct lbs_block *blk, struct lbs_buf *buf,
 	submit_bio_noacct(bio);
 }
 
-/* Read the block; under dirty sectors through a bounce.  False if parked. */
-static bool lbs_block_fill(struct lbs_block *blk, bool for_write, bool for_wb)
+/* Read the block; under dirty sectors through a bounce, or park for one. */
+static void lbs_block_fill(struct lbs_block *blk, bool for_write, bool for_wb)
 {
 	struct lbs_c *lc = blk->lc;
 
@@ -410,7 +410,7 @@ static bool lbs_block_fill(struct lbs_block *blk, bool for_write, bool for_wb)
 		blk->fill = lbs_buf_get(lc, lc->bounce_pool);
 		if (!blk->fill) {
 			lbs_park(blk, false);
-			return false;
+			return;
 		}
 	}
 	if (for_write) {
@@ -420,7 +420,6 @@ static bool lbs_block_fill(struct lbs_block *blk, bool for_write, bool for_wb)
 	blk->fill_for_wb = for_wb;
 	lbs_wait_pt_writes(lc, blk->index);
 	lbs_block_submit(blk, blk->fill ?: blk->buf, REQ_OP_READ | REQ_SYNC);
-	return true;
 }
 
 static void lbs_block_write(struct lbs_block *blk, blk_opf_t extra)
