@@ -28,7 +28,8 @@ mkdir -p "$LBS_STATE/nbd"
 # First use in this guest: start a fresh TAP file.
 if [[ ! -e $LBS_STATE/tap-count ]]; then
 	: >"$TAP_FILE"
-	echo 0 >"$LBS_STATE/tap-count"
+	# A guest phase of a host-side scenario continues its numbering.
+	echo "${LBS_TAP_START:-0}" >"$LBS_STATE/tap-count"
 fi
 
 # ---------------------------------------------------------------- TAP ----
@@ -263,6 +264,24 @@ nbd_start() {
 		sleep 0.1
 	done
 	echo "$dev"
+}
+
+# virtio_disk NAME: the /dev/vdX QEMU attached with serial NAME (host-side
+# scenarios: qemu_nbd_disk in tests/lib/host.sh).
+virtio_disk() {
+	local f i
+	[[ -d /sys/module/virtio_blk ]] || modprobe virtio_blk || return 1
+	for ((i = 0; i < 50; i++)); do
+		for f in /sys/block/vd*/serial; do
+			[[ -e $f && $(<"$f") == "$1" ]] || continue
+			f=${f%/serial}
+			echo "/dev/${f##*/}"
+			return 0
+		done
+		sleep 0.1
+	done
+	not_ok "virtio disk $1" "no /sys/block/vd*/serial says $1"
+	return 1
 }
 
 # _nbd_kill NAME: stop nbdkit NAME, wait for it, forget its state.
