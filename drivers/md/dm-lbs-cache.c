@@ -600,6 +600,10 @@ static bool lbs_block_do_bio(struct lbs_block *blk, struct bio *bio)
 		if (lc->no_discard_passdown) {
 			bio_endio(bio);
 		} else {
+			struct lbs_bio *pb = dm_per_bio_data(bio, sizeof(*pb));
+
+			/* lbs_end_io() counts its errors like any remapped bio. */
+			pb->remapped = true;
 			lbs_remap(lc, bio);
 			submit_bio_noacct(bio);
 		}

@@ -4,6 +4,8 @@
  * without a copy; the partial blocks at a bio's ends go to the block cache.
  */
 
+#include <linux/io.h>
+
 #include "dm-lbs.h"
 
 void lbs_remap(struct lbs_c *lc, struct bio *bio)
@@ -76,6 +78,68 @@ static int lbs_passthrough(struct lbs_c *lc, struct lbs_bio *pb,
 	return DM_MAPIO_REMAPPED;
 }
 
+/*
+ * The device splits a bio that exceeds its limits where the limit falls,
+ * rounded only to its own logical block size: mid-block for us.  The
+ * constructor bounds max_io_len for page-sized bio_vecs, but smaller ones
+ * (O_DIRECT from 512-byte aligned buffers), a virt boundary, or limits
+ * lowered since then can still make a split.  So measure, the way
+ * bio_split_rw() will, how much of @bio the device takes whole, and return
+ * the whole blocks in it, up to @sectors.  0: not even the first block.
+ */
+static unsigned int lbs_pt_fit(struct lbs_c *lc, struct bio *bio,
+			       unsigned int sectors)
+{
+	struct queue_limits *lim = &bdev_get_queue(lc->dev->bdev)->limits;
+	unsigned int max_bytes, bytes = 0, nsegs = 0;
+	struct bio_vec bv, prev = {};
+	struct bvec_iter iter;
+	sector_t dev_sector;
+
+	if (!bio_has_data(bio))
+		return sectors;
+	max_bytes = min(sectors, lim->max_sectors);
+	if (lim->chunk_sectors) {
+		dev_sector = lc->start +
+			dm_target_offset(lc->ti, bio->bi_iter.bi_sector);
+		max_bytes = min(max_bytes,
+				blk_chunk_sectors_left(dev_sector,
+						       lim->chunk_sectors));
+	}
+	max_bytes = round_down(max_bytes, lc->block_sectors) << SECTOR_SHIFT;
+
+	bio_for_each_bvec(bv, bio, iter) {
+		unsigned int done = 0;
+
+		if (prev.bv_len && lim->virt_boundary_mask &&
+		    ((prev.bv_offset + prev.bv_len) | bv.bv_offset) &
+		    lim->virt_boundary_mask)
+			break;
+		while (done < bv.bv_len && nsegs < lim->max_segments &&
+		       bytes < max_bytes) {
+			unsigned long mask = lim->seg_boundary_mask;
+			unsigned long addr = page_to_phys(bv.bv_page) +
+					     bv.bv_offset + done;
+			unsigned int seg = min_not_zero(mask - (addr & mask) + 1,
+						(unsigned long)lim->max_segment_size);
+
+			/* Within one page, a bio_vec is always one segment. */
+			if (bv.bv_offset + bv.bv_len <= PAGE_SIZE)
+				seg = bv.bv_len;
+			seg = min3(seg, bv.bv_len - done, max_bytes - bytes);
+			nsegs++;
+			bytes += seg;
+			done += seg;
+			if ((bv.bv_offset + done) & lim->virt_boundary_mask)
+				break;
+		}
+		if (done < bv.bv_len || bytes >= max_bytes)
+			break;
+		prev = bv;
+	}
+	return round_down(bytes >> SECTOR_SHIFT, lc->block_sectors);
+}
+
 int lbs_map(struct dm_target *ti, struct bio *bio)
 {
 	struct lbs_c *lc = ti->private;
@@ -122,7 +186,13 @@ int lbs_map(struct dm_target *ti, struct bio *bio)
 		return lbs_cache_map(lc, bio, first);
 	}
 
-	whole = nr & ~mask;
+	whole = lbs_pt_fit(lc, bio, nr & ~mask);
+	if (!whole) {
+		/* Only a copy into one buffer keeps this block whole. */
+		lbs_stat_inc(lc, LBS_PT_BOUNCED);
+		dm_accept_partial_bio(bio, lc->block_sectors);
+		return lbs_cache_map(lc, bio, first);
+	}
 	if (op_is_write(bio_op(bio)))
 		lbs_pt_begin(lc, pb, first, whole >> lc->block_shift);
 	if (lbs_cache_busy(lc, first, first + (whole >> lc->block_shift) - 1,

@@ -41,6 +41,7 @@ enum lbs_stat {
 	LBS_LOWER_ERRORS,	/* failed requests to the device */
 	LBS_CACHE_WRITES,	/* whole blocks written from the cache */
 	LBS_WB_ERRORS,		/* acknowledged blocks lost to a write error */
+	LBS_PT_BOUNCED,		/* whole blocks copied: the device would split them */
 	LBS_NR_STATS
 };
 
