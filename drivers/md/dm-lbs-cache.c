@@ -341,17 +341,33 @@ static bool lbs_block_get_buf(struct lbs_block *blk)
 	return false;
 }
 
+static bool lbs_pt_write_over(struct lbs_c *lc, unsigned long index)
+{
+	struct lbs_bio *pb;
+	unsigned long flags;
+	bool found = false;
+
+	spin_lock_irqsave(&lc->pt_lock, flags);
+	list_for_each_entry(pb, &lc->pt_writes, pt_entry) {
+		if (index - pb->pt_first < pb->pt_count) {
+			found = true;
+			break;
+		}
+	}
+	spin_unlock_irqrestore(&lc->pt_lock, flags);
+	return found;
+}
+
 static void lbs_wait_pt_writes(struct lbs_c *lc, unsigned long index)
 {
-	atomic_t *inflight = &lc->pt_inflight[lbs_pt_bucket(index)];
-
 	/*
 	 * A pass-through write mapped before this block was cached may still
-	 * be in flight; reading under it would cache stale data.  Pairs with
-	 * the barrier in lbs_map().
+	 * be in flight; reading under it would cache stale data.  Writes
+	 * mapped since see the block and do not cover it: the wait is
+	 * bounded.  Pairs with the barrier in lbs_pt_begin().
 	 */
 	smp_mb();
-	wait_event(lc->pt_wait, !atomic_read(inflight));
+	wait_event(lc->pt_wait, !lbs_pt_write_over(lc, index));
 }
 
 /* ---------------------------------------------------------- device I/O */
@@ -775,6 +791,8 @@ int lbs_cache_init(struct lbs_c *lc)
 	xa_init(&lc->blocks);
 	spin_lock_init(&lc->park_lock);
 	INIT_LIST_HEAD(&lc->parked);
+	spin_lock_init(&lc->pt_lock);
+	INIT_LIST_HEAD(&lc->pt_writes);
 	init_waitqueue_head(&lc->pt_wait);
 
 	lc->block_pool = mempool_create_kmalloc_pool(LBS_BLOCK_POOL_MIN, bsize);

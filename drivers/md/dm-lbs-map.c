@@ -16,35 +16,46 @@ void lbs_remap(struct lbs_c *lc, struct bio *bio)
 			dm_target_offset(lc->ti, bio->bi_iter.bi_sector);
 }
 
-static void lbs_pt_count(struct lbs_c *lc, struct lbs_bio *pb, int delta)
-{
-	unsigned int i, n = min_t(unsigned int, pb->pt_count, LBS_PT_BUCKETS);
-	bool drained = false;
-
-	for (i = 0; i < n; i++) {
-		atomic_t *c = &lc->pt_inflight[lbs_pt_bucket(pb->pt_first + i)];
-
-		if (delta > 0)
-			atomic_inc(c);
-		else if (atomic_dec_and_test(c))
-			drained = true;
-	}
-	if (drained)
-		wake_up_all(&lc->pt_wait);
-}
-
 /*
- * Count a pass-through write before looking at the cache.  The barrier pairs
- * with the one in lbs_wait_pt_writes(): either this bio sees the block
- * cached, or the block's first read waits for this write.
+ * Note a pass-through write of blocks [first, first + count) before looking
+ * at the cache.  The barrier pairs with the one in lbs_wait_pt_writes():
+ * either this bio sees the block cached, or the block's first read sees
+ * this write and waits for it.
  */
 static void lbs_pt_begin(struct lbs_c *lc, struct lbs_bio *pb,
 			 unsigned long first, unsigned int count)
 {
+	unsigned long flags;
+
 	pb->pt_first = first;
 	pb->pt_count = count;
-	lbs_pt_count(lc, pb, 1);
-	smp_mb__after_atomic();	/* counted before the cache lookup */
+	spin_lock_irqsave(&lc->pt_lock, flags);
+	list_add_tail(&pb->pt_entry, &lc->pt_writes);
+	spin_unlock_irqrestore(&lc->pt_lock, flags);
+	smp_mb();	/* noted before the cache lookup */
+}
+
+/* Narrow the noted range, never leaving a moment where it is not noted. */
+static void lbs_pt_trim(struct lbs_c *lc, struct lbs_bio *pb,
+			unsigned int count)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&lc->pt_lock, flags);
+	pb->pt_count = count;
+	spin_unlock_irqrestore(&lc->pt_lock, flags);
+}
+
+static void lbs_pt_end(struct lbs_c *lc, struct lbs_bio *pb)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&lc->pt_lock, flags);
+	list_del(&pb->pt_entry);
+	pb->pt_count = 0;
+	spin_unlock_irqrestore(&lc->pt_lock, flags);
+	if (wq_has_sleeper(&lc->pt_wait))
+		wake_up_all(&lc->pt_wait);
 }
 
 /* @bio covers whole blocks only, none of them cached. */
@@ -197,18 +208,17 @@ int lbs_map(struct dm_target *ti, struct bio *bio)
 		lbs_pt_begin(lc, pb, first, whole >> lc->block_shift);
 	if (lbs_cache_busy(lc, first, first + (whole >> lc->block_shift) - 1,
 			   &found)) {
-		if (pb->pt_count) {
-			lbs_pt_count(lc, pb, -1);
-			pb->pt_count = 0;
-		}
 		if (found == first) {
 			/* A cached block goes through the cache, one at a time. */
+			if (pb->pt_count)
+				lbs_pt_end(lc, pb);
 			dm_accept_partial_bio(bio, lc->block_sectors);
 			return lbs_cache_map(lc, bio, first);
 		}
+		/* Pass the blocks before it through. */
+		if (pb->pt_count)
+			lbs_pt_trim(lc, pb, found - first);
 		whole = (found - first) << lc->block_shift;
-		if (op_is_write(bio_op(bio)))
-			lbs_pt_begin(lc, pb, first, whole >> lc->block_shift);
 	}
 	if (whole < nr)
 		dm_accept_partial_bio(bio, whole);
@@ -221,7 +231,7 @@ int lbs_end_io(struct dm_target *ti, struct bio *bio, blk_status_t *error)
 	struct lbs_bio *pb = dm_per_bio_data(bio, sizeof(*pb));
 
 	if (pb->pt_count)
-		lbs_pt_count(lc, pb, -1);
+		lbs_pt_end(lc, pb);
 	/* Errors of bios served by the cache were counted by the cache. */
 	if (pb->remapped && *error && *error != BLK_STS_NOTSUPP) {
 		lbs_stat_inc(lc, LBS_LOWER_ERRORS);

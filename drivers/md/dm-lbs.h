@@ -24,7 +24,6 @@
 #define LBS_MAX_WB_DELAY_MS	(3600 * 1000)
 
 /* Hashed counts of pass-through writes in flight, by block number. */
-#define LBS_PT_BUCKETS		256
 
 /* Counters reported by "dmsetup status", in this order; append only. */
 enum lbs_stat {
@@ -115,8 +114,9 @@ struct lbs_c {
 	mempool_t *buf_pool;		/* reserve of whole cache buffers */
 	mempool_t *bounce_pool;		/* reserve of fill bounce buffers */
 
-	atomic_t pt_inflight[LBS_PT_BUCKETS];
-	wait_queue_head_t pt_wait;
+	spinlock_t pt_lock;		/* protects pt_writes */
+	struct list_head pt_writes;	/* pass-through writes in flight */
+	wait_queue_head_t pt_wait;	/* one of them completed */
 
 	spinlock_t flush_lock;		/* protects flush_bios */
 	struct bio_list flush_bios;
@@ -132,8 +132,9 @@ struct lbs_c {
 
 /* Per-bio data: what end_io must undo and count for a remapped bio. */
 struct lbs_bio {
+	struct list_head pt_entry;	/* on pt_writes while pt_count */
 	unsigned long pt_first;
-	unsigned int pt_count;		/* blocks counted in pt_inflight */
+	unsigned int pt_count;		/* blocks this write covers */
 	bool remapped;			/* sent to the device as it is */
 };
 
@@ -150,11 +151,6 @@ static inline void lbs_stat_inc(struct lbs_c *lc, enum lbs_stat s)
 static inline unsigned long lbs_block_of(struct lbs_c *lc, sector_t sector)
 {
 	return sector >> lc->block_shift;
-}
-
-static inline unsigned int lbs_pt_bucket(unsigned long index)
-{
-	return index % LBS_PT_BUCKETS;
 }
 
 /* dm-lbs-cache.c */
