@@ -57,8 +57,12 @@ EXPECT=accept run_nbdkit memory 1M bigsector-mode=rmw bigsector-profile=dvd+rw \
   --run "export uri; $PY $tmpdir/t.py"
 
 # Bad parameters: nbdkit must refuse to start.
+# (A socket of our own: nbdkit -U - leaves its socket directory behind
+# in /tmp when it refuses its parameters.)
 bad () {
-  if run_nbdkit memory 1M "$@" --run true >"$tmpdir/out" 2>&1; then
+  rm -f "$tmpdir/sock"
+  if nbdkit -U "$tmpdir/sock" --filter="$FILTER" memory 1M "$@" --run true \
+       >"$tmpdir/out" 2>&1; then
     fail "accepted bad parameters: $*"
   fi
   grep -q "error" "$tmpdir/out" || fail "no error message for: $*"
