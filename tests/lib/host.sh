@@ -13,7 +13,7 @@
 #     crashed or power-cut guest does).
 # host_nbdkit NAME NBDKIT-ARGS...
 #     Start nbdkit on the host, serving a unix socket, stopped at the end
-#     of the scenario.  Prints the socket path.  host_nbdkit_stop NAME.
+#     of the scenario (or by host_nbdkit_stop NAME).  Prints the socket.
 # qemu_nbd_disk NAME SOCKET [LOGICAL [PHYSICAL]]
 #     --qemu-extra words attaching SOCKET's export as a virtio-blk disk
 #     with serial NAME (the guest finds it with virtio_disk NAME).
@@ -68,7 +68,6 @@ host_nbdkit() {
 		not_ok "host nbdkit $name" "nbdkit $*" "$(cat "$HOST_STATE/$name.log")"
 		return 1
 	fi
-	on_cleanup host_nbdkit_stop "$name"
 	echo "$sock"
 }
 
@@ -93,11 +92,16 @@ qemu_nbd_disk() {
 	printf -- 'logical_block_size=%s,physical_block_size=%s\n' "$lbs" "$pbs"
 }
 
-# Only the scenario's own cleanups: the host's devices are not ours.
+# Only the scenario's own cleanups and nbdkits: the host's devices are not
+# ours.  (host_nbdkit runs in $(...): the stop it registers is lost, so
+# every nbdkit it started is stopped here by its pid file.)
 host_cleanups() {
-	local i
+	local i f
 	for ((i = ${#_CLEANUPS[@]} - 1; i >= 0; i--)); do
 		eval "${_CLEANUPS[i]}" || diag "cleanup command failed: ${_CLEANUPS[i]}"
 	done
 	_CLEANUPS=()
+	for f in "$HOST_STATE"/*.pid; do
+		[[ -e $f ]] && host_nbdkit_stop "$(basename "$f" .pid)"
+	done
 }
