@@ -412,6 +412,8 @@ static void lbs_block_submit(struct lbs_block *blk, struct lbs_buf *buf,
 	blk->io_write = op_is_write(opf);
 	lbs_stat_add(lc, blk->io_write ? LBS_LOWER_WRITE_BYTES :
 		     LBS_LOWER_READ_BYTES, lc->block_size);
+	if (blk->io_write && !READ_ONCE(lc->wrote))
+		WRITE_ONCE(lc->wrote, true);
 	set_bit(LBS_B_IO, &blk->flags);
 	atomic_inc(&blk->ref);
 	submit_bio_noacct(bio);

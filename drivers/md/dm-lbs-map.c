@@ -74,6 +74,8 @@ static int lbs_passthrough(struct lbs_c *lc, struct lbs_bio *pb,
 	case REQ_OP_WRITE:
 		lbs_stat_inc(lc, LBS_PT_WRITES);
 		lbs_stat_add(lc, LBS_LOWER_WRITE_BYTES, bio->bi_iter.bi_size);
+		if (!READ_ONCE(lc->wrote))
+			WRITE_ONCE(lc->wrote, true);
 		break;
 	case REQ_OP_DISCARD:
 		if (lc->no_discard_passdown) {

@@ -156,12 +156,15 @@ void lbs_postsuspend(struct dm_target *ti)
 {
 	struct lbs_c *lc = ti->private;
 
-	/* Bios are drained now: write what came after presuspend. */
+	/*
+	 * Bios are drained now: write what came after presuspend, then make
+	 * it all durable.  The table may be going away, and with it the only
+	 * record that the device's own cache holds our writes.
+	 */
 	lbs_wb_stop_timer(lc);
-	if (atomic_read(&lc->nr_dirty)) {
-		lbs_wb_write_all(lc);
+	lbs_wb_write_all(lc);
+	if (xchg(&lc->wrote, false))
 		blkdev_issue_flush(lc->dev->bdev);
-	}
 	flush_workqueue(lc->wq);
 	/* The device may change under a suspended table: forget it. */
 	while (lbs_cache_evict(lc, ULONG_MAX))

@@ -125,6 +125,7 @@ struct lbs_c {
 	wait_queue_head_t wb_wait;	/* FLUSH_PENDING cleared */
 	atomic_t wb_errors;
 	int wb_errors_seen;		/* by the flush worker */
+	bool wrote;			/* a write went down since suspend */
 
 	struct shrinker *shrinker;
 	atomic64_t stats[LBS_NR_STATS];
