@@ -211,6 +211,25 @@ static int lbs_check_device(struct lbs_c *lc, struct dm_target *ti)
 	return dm_set_target_max_io_len(ti, max_io);
 }
 
+/*
+ * The cache holds acknowledged data that only reaches the device through
+ * more memory (bios, a fill buffer) and, on nbd or iSCSI, a userspace
+ * server: never let it take more than a slice of RAM, whatever was asked.
+ */
+static void lbs_size_cache(struct lbs_c *lc)
+{
+	u64 limit = ((u64)totalram_pages() << PAGE_SHIFT) / LBS_CACHE_RAM_DIV;
+	u64 want = (u64)lc->cache_mb << 20;
+
+	if (want > limit) {
+		DMWARN("%s: cache_size %u MiB capped at %llu MiB (1/%u of memory)",
+		       dm_table_device_name(lc->ti->table), lc->cache_mb,
+		       limit >> 20, LBS_CACHE_RAM_DIV);
+		want = limit;
+	}
+	lc->max_blocks = max_t(u64, LBS_MIN_CACHE_BLOCKS, want / lc->block_size);
+}
+
 static void lbs_destroy(struct lbs_c *lc)
 {
 	if (lc->flush_wq)
@@ -260,7 +279,7 @@ static int lbs_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	if (r)
 		goto bad;
 
-	lc->max_blocks = max_t(u64, 1, ((u64)lc->cache_mb << 20) / lc->block_size);
+	lbs_size_cache(lc);
 	r = -ENOMEM;
 	lc->wq = alloc_workqueue("kdmlbs/%s", WQ_MEM_RECLAIM | WQ_UNBOUND, 0,
 				 dm_table_device_name(ti->table));

@@ -20,6 +20,8 @@
 #define LBS_MAX_BLOCK_SIZE	(1024 * 1024)
 #define LBS_DEFAULT_CACHE_MB	32
 #define LBS_MAX_CACHE_MB	(1024 * 1024)
+#define LBS_CACHE_RAM_DIV	8	/* the cache takes at most 1/8 of RAM */
+#define LBS_MIN_CACHE_BLOCKS	4
 #define LBS_DEFAULT_WB_DELAY_MS	1000
 #define LBS_MAX_WB_DELAY_MS	(3600 * 1000)
 
