@@ -348,3 +348,108 @@ dmesg_check() {
 		not_ok "dmesg clean" "$(head -n 20 <<<"$bad")" "(full log: $RESULTS/dmesg.log)"
 	fi
 }
+
+# ------------------------------------------------------- lbs counters ----
+
+# Names of the "dmsetup status" fields after "<start> <len> lbs", in order
+# (docs/dm-lbs.rst, "Status").
+LBS_FIELDS=(blocks_cached blocks_dirty passthrough_reads passthrough_writes
+	cache_hits cache_misses partial_writes gathered_writes rmw_reads
+	lower_read_bytes lower_write_bytes alloc_fallbacks lower_errors
+	cache_writes writeback_errors)
+
+# lbs_field MAPPING NAME: one status field of an lbs mapping, by name.
+lbs_field() {
+	local i st
+	st=$(dmsetup status "$1" 2>/dev/null) || return 1
+	for i in "${!LBS_FIELDS[@]}"; do
+		if [[ ${LBS_FIELDS[i]} == "$2" ]]; then
+			awk -v f=$((i + 4)) '{print $f}' <<<"$st"
+			return 0
+		fi
+	done
+	echo "lbs_field: no field $2" >&2
+	return 1
+}
+
+# bigsector_stat FILE KEY: one counter from the emulator's statistics file.
+bigsector_stat() {
+	awk -v k="$2" '$1 == k {print $2; f = 1} END {if (!f) print "missing"}' "$1"
+}
+
+# dmesg_count_since_mark ERE: kernel log lines since dmesg_mark matching ERE.
+dmesg_count_since_mark() {
+	dmesg_since_mark | grep -cE "$1"
+}
+
+# oom_check DESC: ok if the kernel log has no OOM-killer report.
+oom_check() {
+	local l
+	l=$(dmesg | grep -E 'invoked oom-killer|Out of memory|oom-kill:|Killed process' | head -n 5)
+	if [[ -z $l ]]; then
+		ok "$1"
+	else
+		not_ok "$1" "$l"
+	fi
+}
+
+# mem_fragment LEAVE_MIB: pin guest memory in unmovable one-page pieces
+# (pipe buffers, which compaction cannot move) until about LEAVE_MIB MiB
+# are still available, then free every other piece: free memory is left as
+# isolated 4 KiB holes, so high-order allocations that may not wait (and
+# GFP_NOIO ones, which cannot compact) fail.  The holder runs until the
+# scenario ends (a cleanup kills it); its pid is printed.  Prints nothing
+# and fails if it did not get ready.
+mem_fragment() {
+	local leave=${1:-32} f=$LBS_STATE/fragment pid i
+	rm -f "$f.ready"
+	/usr/bin/python3 - "$leave" "$f.ready" >"$f.log" 2>&1 <<'PY' &
+import fcntl, os, resource, sys, time
+leave_kib = int(sys.argv[1]) * 1024
+resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
+F_SETPIPE_SZ = 1031
+page = b"\x5a" * 4096
+def avail():
+    with open("/proc/meminfo") as m:
+        for line in m:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+keep, drop = [], []
+while avail() > leave_kib + 2048:
+    a, b = os.pipe(), os.pipe()
+    for p in (a, b):
+        fcntl.fcntl(p[1], F_SETPIPE_SZ, 1 << 20)
+    # Interleaved one-page allocations: a gets even pages, b odd ones.
+    for _ in range(256):
+        os.write(a[1], page)
+        os.write(b[1], page)
+    keep.append(a)
+    drop.append(b)
+for r, w in drop:
+    os.close(r)
+    os.close(w)
+print("pinned %d MiB, freed %d MiB in 4 KiB holes" % (len(keep), len(drop)), flush=True)
+open(sys.argv[2], "w").close()
+while True:
+    time.sleep(3600)
+PY
+	pid=$!
+	on_cleanup kill "$pid"
+	for ((i = 0; i < 600; i++)); do
+		[[ -e $f.ready ]] && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.5
+	done
+	if [[ ! -e $f.ready ]]; then
+		diag "mem_fragment: $(cat "$f.log")"
+		return 1
+	fi
+	diag "mem_fragment: $(cat "$f.log")"
+	echo "$pid"
+}
+
+# high_order_free ORDER: free blocks of at least ORDER pages-order, all zones
+# (from /proc/buddyinfo).
+high_order_free() {
+	awk -v o="$1" '{for (i = 5 + o; i <= NF; i++) s += $i} END {print s + 0}' /proc/buddyinfo
+}
