@@ -60,14 +60,77 @@ checkpatch: $(CHECKPATCH_DIR)/scripts/checkpatch.pl
 style: checkpatch sparse
 
 # make check [T=group/NNN]: the guest test suite (each scenario in a fresh VM).
+# KERNEL=debug: on the debug kernel (make debug-kernel), see below.
 check: deps all
 	$(MAKE) -C emulator check
-	tests/run $(T)
+	$(CHECK_ENV) tests/run $(CHECK_ARGS) $(T)
+	@# The small benchmark run keeps its harness working (not with T= or KERNEL=).
+	$(if $(T)$(KERNEL),,bench/run --quick)
+
+# The debug kernel: Debian's linux-source with KASAN, lockdep and fault
+# injection (debug/debug.config), built in build/debug-kernel/ and rebuilt
+# only when the fragment, debug/build-kernel or the source package change.
+# The module is built against it in build/debug-module/ (the production
+# drivers/md/dm-lbs.ko is left alone).  docs/testing.md has the numbers.
+DEBUG_KDIR := $(TOP)/build/debug-kernel
+DEBUG_MDIR := $(TOP)/build/debug-module
+DEBUG_KO := $(DEBUG_MDIR)/drivers/md/dm-lbs.ko
+# Under TCG the debug kernel runs several times slower: scenario timeouts
+# are stretched by this factor.  It boots from its bzImage: the PVH entry
+# dies silently before the console with KASAN.
+DEBUG_TIMEOUT_SCALE ?= 4
+DEBUG_ENV = MODULES_DIR=$(DEBUG_KDIR)/mod/lib/modules/$$(cat $(DEBUG_KDIR)/version) \
+	VM_NO_PVH=1 LBS_KO=$(DEBUG_KO) \
+	TIMEOUT_SCALE=$(DEBUG_TIMEOUT_SCALE) \
+	VM_APPEND="nbd.nbds_max=16 nbd.max_part=0 kasan_multi_shot $(DEBUG_APPEND)"
+
+.PHONY: debug-kernel debug-module check-debug
+debug-kernel:
+	debug/build-kernel
+
+debug-module: debug-kernel
+	mkdir -p $(DEBUG_MDIR)/drivers/md $(DEBUG_MDIR)/include
+	cp -p Kbuild $(DEBUG_MDIR)/
+	cp -p drivers/md/Kbuild $(filter drivers/md/%,$(SOURCES)) $(DEBUG_MDIR)/drivers/md/
+	cp -p $(filter include/%,$(SOURCES)) $(DEBUG_MDIR)/include/
+	$(MAKE) -C $(DEBUG_KDIR)/obj M=$(DEBUG_MDIR)/drivers/md modules
+
+ifeq ($(KERNEL),debug)
+check: debug-module
+CHECK_ENV = $(DEBUG_ENV)
+CHECK_ARGS = -k $(DEBUG_KDIR)/bzImage
+endif
+
+# The fault-injection scenarios (tests/debug, not in the default suite) on
+# the debug kernel, with kmemleak on.
+check-debug: DEBUG_APPEND = kmemleak=on
+check-debug: deps all debug-module
+	$(DEBUG_ENV) tests/run -k $(DEBUG_KDIR)/bzImage $(or $(T),debug)
 
 demo: deps all
 	tests/demo
+
+# make bench [QUICK=1]: lbs against dm-ebs, nbdkit's blocksize filter and the
+# drive's own RMW in one guest boot; rewrites docs/benchmarks.md and
+# docs/bench/ (QUICK=1: small, under build/bench/quick/, docs untouched).
+.PHONY: bench
+bench: deps all
+	KDIR=$(KDIR) bench/run $(if $(QUICK),--quick)
 
 clean:
 	$(MAKE) -C $(KDIR) M=$(TOP)/drivers/md clean
 	$(MAKE) -C emulator clean
 	rm -rf build results
+
+# make soak [LBS_SOAK_MINUTES=N]: 30+ minutes of mixed load with periodic
+# verification in one guest (tests/soak, not part of `make check`).
+.PHONY: soak
+soak: deps all
+	tests/run soak
+
+# The unit-discovery helper for optical and other big-block devices
+# (docs/optical.md): make install-tools [PREFIX=/usr/local] [DESTDIR=...]
+PREFIX ?= /usr/local
+.PHONY: install-tools
+install-tools:
+	install -D -m 0755 tools/lbs-setup $(DESTDIR)$(PREFIX)/sbin/lbs-setup
