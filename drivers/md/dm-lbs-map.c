@@ -104,22 +104,22 @@ static unsigned int lbs_pt_fit(struct lbs_c *lc, struct bio *bio,
 			       unsigned int sectors)
 {
 	struct queue_limits *lim = &bdev_get_queue(lc->dev->bdev)->limits;
-	unsigned int max_bytes, bytes = 0, nsegs = 0;
+	unsigned int max_sectors, max_bytes, bytes = 0, nsegs = 0;
 	struct bio_vec bv, prev = {};
 	struct bvec_iter iter;
 	sector_t dev_sector;
 
 	if (!bio_has_data(bio))
 		return sectors;
-	max_bytes = min(sectors, lim->max_sectors);
+	max_sectors = min(sectors, lim->max_sectors);
 	if (lim->chunk_sectors) {
 		dev_sector = lc->start +
 			dm_target_offset(lc->ti, bio->bi_iter.bi_sector);
-		max_bytes = min(max_bytes,
-				blk_chunk_sectors_left(dev_sector,
-						       lim->chunk_sectors));
+		max_sectors = min(max_sectors,
+				  blk_chunk_sectors_left(dev_sector,
+							 lim->chunk_sectors));
 	}
-	max_bytes = round_down(max_bytes, lc->block_sectors) << SECTOR_SHIFT;
+	max_bytes = round_down(max_sectors, lc->block_sectors) << SECTOR_SHIFT;
 
 	bio_for_each_bvec(bv, bio, iter) {
 		unsigned int done = 0;
