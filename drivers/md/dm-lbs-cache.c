@@ -453,8 +453,9 @@ static void lbs_block_write(struct lbs_block *blk, blk_opf_t extra)
 
 static void lbs_block_set_dirty(struct lbs_block *blk)
 {
+	WRITE_ONCE(blk->written, jiffies);
 	if (!test_and_set_bit(LBS_B_DIRTY, &blk->flags)) {
-		blk->dirtied = jiffies;
+		WRITE_ONCE(blk->dirtied, blk->written);
 		atomic_inc(&blk->lc->nr_dirty);
 	}
 }

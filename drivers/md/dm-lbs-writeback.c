@@ -107,23 +107,37 @@ static void lbs_wb_flush_work(struct work_struct *work)
 	}
 }
 
+/*
+ * A block is due once no write has come for writeback_delay: the page
+ * cache's flusher stops wherever the writer is, often mid-block, and comes
+ * back for the rest later; cutting the block in between would cost a read
+ * and a second write.  Still, nothing stays dirty for more than
+ * LBS_WB_MAX_DELAYS delays, however often it is written.
+ */
+static bool lbs_wb_due(struct lbs_block *blk, unsigned long delay)
+{
+	return time_after_eq(jiffies, READ_ONCE(blk->written) + delay) ||
+	       time_after_eq(jiffies, READ_ONCE(blk->dirtied) +
+			     LBS_WB_MAX_DELAYS * delay);
+}
+
 static void lbs_wb_timer(struct work_struct *work)
 {
 	struct lbs_c *lc = container_of(to_delayed_work(work), struct lbs_c,
 					wb_work);
-	unsigned long age = msecs_to_jiffies(lc->wb_delay_ms);
+	unsigned long delay = msecs_to_jiffies(lc->wb_delay_ms);
 	struct lbs_block *blk;
 	unsigned long index;
 
 	for (index = 0; atomic_read(&lc->nr_dirty) &&
 	     (blk = lbs_block_next(lc, &index)); index++) {
 		if (test_bit(LBS_B_DIRTY, &blk->flags) &&
-		    time_after_eq(jiffies, blk->dirtied + age) &&
+		    lbs_wb_due(blk, delay) &&
 		    !test_and_set_bit(LBS_B_WB_WANTED, &blk->flags))
 			lbs_block_queue(blk);
 		lbs_block_put(blk);
 	}
-	queue_delayed_work(lc->flush_wq, &lc->wb_work, max(age / 2, 1UL));
+	queue_delayed_work(lc->flush_wq, &lc->wb_work, max(delay / 2, 1UL));
 }
 
 void lbs_wb_init(struct lbs_c *lc)

@@ -24,6 +24,7 @@
 #define LBS_MIN_CACHE_BLOCKS	4
 #define LBS_DEFAULT_WB_DELAY_MS	1000
 #define LBS_MAX_WB_DELAY_MS	(3600 * 1000)
+#define LBS_WB_MAX_DELAYS	8	/* dirty at most this many delays */
 
 /* Hashed counts of pass-through writes in flight, by block number. */
 
@@ -76,6 +77,7 @@ struct lbs_block {
 	struct work_struct work;
 	struct list_head park;		/* on lc->parked */
 	unsigned long dirtied;		/* jiffies when it became dirty */
+	unsigned long written;		/* jiffies of its last write since */
 	struct lbs_buf *buf;		/* the block's data */
 	struct lbs_buf *fill;		/* bounce for a read under dirty sectors */
 	blk_status_t io_status;
