@@ -11,11 +11,18 @@ a run reaches no n-th call.  Runs in the test guest (tests/debug/003).
   failnth.py io DEV OFFSET LEN
       one O_DIRECT write then read of LEN bytes at OFFSET of DEV: a run
       must either succeed (the data reads back) or fail with an errno.
+  failnth.py load DEV OFFSET LEN OPS
+      not fail-nth: OPS random O_DIRECT writes and reads (4 KiB-256 KiB,
+      4 KiB aligned) within LEN bytes at OFFSET, in this task only, marked
+      make-it-fail for the kernel's random failslab/fail_page_alloc: each
+      call succeeds or fails with an errno, and every read of data whose
+      write succeeded returns it.  Prints "ops=.. errors=.. (errno xN...)".
 
 Prints one line per run ("n=<n> ok" or "n=<n> <step>: <errno>") and a
 summary "points=<n> failed=<n> ok=<n> (<step>: <errno> x<count>...)"; exit
 status 1 if any check failed or no fault point was reached.
 """
+import ctypes
 import errno
 import fcntl
 import mmap
@@ -178,7 +185,73 @@ def io(dev, off, length):
     return 1 if bad or n < 2 else 0
 
 
+def lock_memory():
+    """Fault in and lock our pages: a page fault while armed would read
+    from the 9p root and could take the injected failure there.  A run
+    that broke the guest's 9p client left every later exec failing with
+    EINVAL (libc.so.6)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mlockall(1 | 2) != 0:	# MCL_CURRENT | MCL_FUTURE
+        print("mlockall: %s" % os.strerror(ctypes.get_errno()), file=sys.stderr)
+
+
+def load(dev, off, length, ops):
+    import random
+    rnd = random.Random(1)
+    page = 4096
+    known = {}		# 4 KiB page index -> bytes written there, if sure
+    wbuf = mmap.mmap(-1, 256 * 1024)
+    rbuf = mmap.mmap(-1, 256 * 1024)
+    fd = os.open(dev, os.O_RDWR | os.O_DIRECT)
+    data = os.urandom(512 * 1024)
+    errnos = {}
+    bad = errors = 0
+    # Only now: whatever this task allocates from here on may fail.
+    with open("/proc/thread-self/make-it-fail", "w") as f:
+        f.write("1")
+    for i in range(ops):
+        n = rnd.randint(1, 64) * page
+        at = rnd.randrange(0, (length - n) // page + 1) * page
+        pages = range((off + at) // page, (off + at + n) // page)
+        try:
+            if rnd.random() < 0.6:
+                src = rnd.randrange(0, len(data) - n)
+                wbuf.seek(0)
+                wbuf.write(data[src:src + n])
+                for p in pages:
+                    known.pop(p, None)	# unknown until the write succeeds
+                if os.pwritev(fd, [memoryview(wbuf)[:n]], off + at) != n:
+                    raise OSError(errno.EIO, "short write")
+                for j, p in enumerate(pages):
+                    known[p] = data[src + j * page:src + (j + 1) * page]
+            else:
+                if os.preadv(fd, [memoryview(rbuf)[:n]], off + at) != n:
+                    raise OSError(errno.EIO, "short read")
+                for j, p in enumerate(pages):
+                    if p in known and rbuf[j * page:(j + 1) * page] != known[p]:
+                        bad += 1
+        except OSError as e:
+            errors += 1
+            name = errno.errorcode.get(e.errno, str(e.errno))
+            errnos[name] = errnos.get(name, 0) + 1
+        except MemoryError:	# the interpreter's own memory: not the target
+            errnos["python"] = errnos.get("python", 0) + 1
+    for _ in range(1000):	# opening the file may fail too
+        try:
+            with open("/proc/thread-self/make-it-fail", "w") as f:
+                f.write("0")
+            break
+        except (OSError, MemoryError):
+            pass
+    print("ops=%d errors=%d mismatches=%d (%s)" % (ops, errors, bad, " ".join(
+        "%s x%d" % kv for kv in sorted(errnos.items()))))
+    return 1 if bad else 0
+
+
 def main():
+    lock_memory()
+    if len(sys.argv) == 6 and sys.argv[1] == "load":
+        return load(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     if len(sys.argv) == 4 and sys.argv[1] == "lifecycle":
         return lifecycle(sys.argv[2], sys.argv[3])
     if len(sys.argv) == 5 and sys.argv[1] == "io":
