@@ -26,8 +26,6 @@
 #define LBS_MAX_WB_DELAY_MS	(3600 * 1000)
 #define LBS_WB_MAX_DELAYS	8	/* dirty at most this many delays */
 
-/* Hashed counts of pass-through writes in flight, by block number. */
-
 /* Counters reported by "dmsetup status", in this order; append only. */
 enum lbs_stat {
 	LBS_PT_READS,		/* read bios remapped straight to the device */
@@ -77,7 +75,7 @@ struct lbs_block {
 	struct work_struct work;
 	struct list_head park;		/* on lc->parked */
 	unsigned long dirtied;		/* jiffies when it became dirty */
-	unsigned long written;		/* jiffies of its last write since */
+	unsigned long written;		/* jiffies of its latest write */
 	struct lbs_buf *buf;		/* the block's data */
 	struct lbs_buf *fill;		/* bounce for a read under dirty sectors */
 	blk_status_t io_status;

@@ -27,6 +27,7 @@ import errno
 import fcntl
 import mmap
 import os
+import random
 import struct
 import sys
 
@@ -186,17 +187,14 @@ def io(dev, off, length):
 
 
 def lock_memory():
-    """Fault in and lock our pages: a page fault while armed would read
-    from the 9p root and could take the injected failure there.  A run
-    that broke the guest's 9p client left every later exec failing with
-    EINVAL (libc.so.6)."""
+    """Fault in and lock our pages, so that no page fault of ours reads
+    from the guest's 9p root while a failure is armed."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.mlockall(1 | 2) != 0:	# MCL_CURRENT | MCL_FUTURE
         print("mlockall: %s" % os.strerror(ctypes.get_errno()), file=sys.stderr)
 
 
 def load(dev, off, length, ops):
-    import random
     rnd = random.Random(1)
     page = 4096
     known = {}		# 4 KiB page index -> bytes written there, if sure
@@ -209,7 +207,7 @@ def load(dev, off, length, ops):
     # Only now: whatever this task allocates from here on may fail.
     with open("/proc/thread-self/make-it-fail", "w") as f:
         f.write("1")
-    for i in range(ops):
+    for _ in range(ops):
         n = rnd.randint(1, 64) * page
         at = rnd.randrange(0, (length - n) // page + 1) * page
         pages = range((off + at) // page, (off + at + n) // page)
