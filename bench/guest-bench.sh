@@ -126,14 +126,16 @@ if ((QUICK)); then
 	IMAGE_BYTES=$((4 * MiB))
 	TREE=$TREE_DIR/tree-quick.tar
 else
-	: "${REPS:=1}"
+	# Three repetitions, each timed phase a few seconds long: under TCG a
+	# sub-second phase measures the host's scheduler more than the target.
+	: "${REPS:=3}"
 	DEV_SIZE=512M
-	SEQ4K_BYTES=$((16 * MiB))
-	SEQ1M_BYTES=$((32 * MiB))
+	SEQ4K_BYTES=$((64 * MiB))
+	SEQ1M_BYTES=$((96 * MiB))
 	RAND_AREA=$((64 * MiB))
-	RAND_IOS_W1=128 RAND_IOS_W16=256 RAND_IOS_R1=256 RAND_IOS_R16=512 RAND_IOS_MIX=256
-	SMALL_FILES=100
-	IMAGE_BYTES=$((16 * MiB))
+	RAND_IOS_W1=512 RAND_IOS_W16=1024 RAND_IOS_R1=1024 RAND_IOS_R16=2048 RAND_IOS_MIX=1024
+	SMALL_FILES=300
+	IMAGE_BYTES=$((48 * MiB))
 	TREE=$TREE_DIR/tree-full.tar
 fi
 
