@@ -14,9 +14,18 @@ DEB_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 linux-headers-amd64
 	busybox-static cpio kmod dmsetup nbdkit nbdkit-plugin-dev nbd-client \
 	libnbd-bin fio sg3-utils e2fsprogs xfsprogs udftools xorriso gnuplot-nox \
 	linux-source sparse gcc make perl xz-utils python3-libnbd libpod-markdown-perl
-MISSING = $(shell dpkg-query -W -f='$${Package} $${Status}\n' $(DEB_PACKAGES) 2>/dev/null | \
-	awk '$$NF != "installed" {print $$1}'; for p in $(DEB_PACKAGES); do \
+# What the debug kernel's build needs beyond DEB_PACKAGES (make debug-kernel).
+KBUILD_PACKAGES := flex bison bc libelf-dev libssl-dev
+missing = $(shell dpkg-query -W -f='$${Package} $${Status}\n' $(1) 2>/dev/null | \
+	awk '$$NF != "installed" {print $$1}'; for p in $(1); do \
 	dpkg-query -W $$p >/dev/null 2>&1 || echo $$p; done)
+# $(call apt_install,PACKAGES): apt-get only those not yet installed.
+apt_install = @missing="$(strip $(call missing,$(1)))"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends $$missing; \
+	fi
 
 .PHONY: all module emulator deps sparse checkpatch style check demo clean
 
@@ -33,12 +42,7 @@ emulator:
 
 # Idempotent: installs only what is missing.
 deps:
-	@missing="$(strip $(MISSING))"; \
-	if [ -n "$$missing" ]; then \
-		echo "installing: $$missing"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -q --no-install-recommends $$missing; \
-	fi
+	$(call apt_install,$(DEB_PACKAGES))
 
 sparse:
 	$(MAKE) -C $(KDIR) M=$(TOP)/drivers/md C=2 CF="-D__CHECK_ENDIAN__" modules 2>&1 | \
@@ -87,7 +91,8 @@ DEBUG_ENV = MODULES_DIR=$(DEBUG_KDIR)/mod/lib/modules/$$(cat $(DEBUG_KDIR)/versi
 	VM_APPEND="nbd.nbds_max=16 nbd.max_part=0 kasan_multi_shot $(DEBUG_APPEND)"
 
 .PHONY: debug-kernel debug-module check-debug
-debug-kernel:
+debug-kernel: deps
+	$(call apt_install,$(KBUILD_PACKAGES))
 	debug/build-kernel
 
 debug-module: debug-kernel
