@@ -2,18 +2,28 @@
 # dm-lbs: build the module for the guest kernel, the emulator, and run things.
 
 TOP := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
-# Headers of the kernel the module is for: the running one when it has
-# them, else the newest Debian linux-headers-*-amd64 installed.
-KDIR ?= $(firstword $(wildcard /lib/modules/$(shell uname -r)/build) \
-	  $(lastword $(sort $(wildcard /usr/src/linux-headers-*-amd64))))
-MODULE := drivers/md/dm-lbs.ko
+# The kernel the module is built and tested for: a series (6.1, 6.12, 7) or
+# a full Debian kernel version.  The default is 6.12, what Debian stable
+# runs, whatever other headers the host has; kernels/get resolves a series
+# to its newest Debian kernel and unpacks it into build/kernels/<version>/.
+# The module for kernel V lands at build/V/dm-lbs.ko.
+KVER ?= 6.12
+export KVER
+# The kernels `make kernels`, `make style` and `make check-kernels` cover.
+KVERS ?= 6.1 6.12 7
+# What `make check-kernels` runs on each kernel but the default one.
+CORE_TESTS ?= basic lbs powercut fs native
+GET := $(TOP)/kernels/get
 SOURCES := $(filter-out %.mod.c,$(wildcard drivers/md/*.c drivers/md/*.h include/*.h))
 CHECKPATCH_DIR := $(TOP)/build/checkpatch
 
-DEB_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 linux-headers-amd64 \
+# Guest kernels, their headers and the gcc-14 build root come from
+# kernels/get and kernels/buildroot, not from this list.
+DEB_PACKAGES := qemu-system-x86 qemu-utils \
 	busybox-static cpio kmod dmsetup nbdkit nbdkit-plugin-dev nbd-client \
 	libnbd-bin fio sg3-utils e2fsprogs xfsprogs udftools xorriso gnuplot-nox \
-	linux-source sparse gcc make perl xz-utils python3-libnbd libpod-markdown-perl
+	linux-source-6.1 linux-source-6.12 sparse gcc make perl xz-utils zstd \
+	python3-libnbd libpod-markdown-perl mmdebstrap dosfstools
 # What the debug kernel's build needs beyond DEB_PACKAGES (make debug-kernel).
 KBUILD_PACKAGES := flex bison bc libelf-dev libssl-dev
 missing = $(shell dpkg-query -W -f='$${Package} $${Status}\n' $(1) 2>/dev/null | \
@@ -26,16 +36,24 @@ apt_install = @missing="$(strip $(call missing,$(1)))"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -q --no-install-recommends $$missing; \
 	fi
+# $(call each_kernel,COMMAND): COMMAND with $$v set to each of KVERS's versions.
+each_kernel = set -e; for s in $(KVERS); do v=$$($(GET) version $$s); $(1); done
 
-.PHONY: all module emulator deps sparse checkpatch style check demo clean
+.PHONY: all module kernels modules emulator deps sparse checkpatch style \
+	check check-kernels demo clean
 
 all: module emulator
 
-module: $(MODULE)
+# Unpack KVER's kernel, get its headers, build dm-lbs.ko for it.
+module: deps
+	@v=$$($(GET) version $(KVER)) && $(GET) fetch $$v && \
+		$(TOP)/kernels/module $$v && echo "built build/$$v/dm-lbs.ko"
 
-$(MODULE): $(SOURCES) Kbuild drivers/md/Kbuild
-	@test -d "$(KDIR)" || { echo "no kernel headers: run 'make deps'"; exit 1; }
-	$(MAKE) -C $(KDIR) M=$(TOP)/drivers/md modules
+kernels: deps
+	$(call each_kernel,$(GET) fetch $$v)
+
+modules: kernels
+	$(call each_kernel,$(TOP)/kernels/module $$v)
 
 emulator:
 	$(MAKE) -C emulator
@@ -44,13 +62,13 @@ emulator:
 deps:
 	$(call apt_install,$(DEB_PACKAGES))
 
-sparse:
-	$(MAKE) -C $(KDIR) M=$(TOP)/drivers/md C=2 CF="-D__CHECK_ENDIAN__" modules 2>&1 | \
-		tee build/sparse.log; ! grep -E 'warning|error' build/sparse.log
+# sparse and a W=1 build from clean, for each of KVERS: any warning fails.
+sparse: kernels
+	$(call each_kernel,$(TOP)/kernels/module $$v --check)
 
 $(CHECKPATCH_DIR)/scripts/checkpatch.pl:
 	mkdir -p $(CHECKPATCH_DIR)
-	tar xJf $$(ls /usr/src/linux-source-*.tar.xz | tail -1) -C $(CHECKPATCH_DIR) \
+	tar xJf $$(ls /usr/src/linux-source-*.tar.xz | sort -V | tail -1) -C $(CHECKPATCH_DIR) \
 		--strip-components=1 --wildcards '*/scripts/checkpatch.pl' \
 		'*/scripts/spelling.txt' '*/scripts/const_structs.checkpatch'
 
@@ -63,13 +81,24 @@ checkpatch: $(CHECKPATCH_DIR)/scripts/checkpatch.pl
 
 style: checkpatch sparse
 
-# make check [T=group/NNN]: the guest test suite (each scenario in a fresh VM).
-# KERNEL=debug: on the debug kernel (make debug-kernel), see below.
+# make check [T=group/NNN] [KVER=...]: the guest test suite (each scenario
+# in a fresh VM) on one kernel.  KERNEL=debug: on the debug kernel (make
+# debug-kernel), see below.
 check: deps all
 	$(MAKE) -C emulator check
 	$(CHECK_ENV) tests/run $(CHECK_ARGS) $(T)
 	@# The small benchmark run keeps its harness working (not with T= or KERNEL=).
 	$(if $(T)$(KERNEL),,bench/run --quick)
+
+# The core scenarios on every kernel of KVERS but KVER (CI runs the whole
+# suite on KVER with `make check`).
+check-kernels: deps emulator modules
+	@set -e; def=$$($(GET) version $(KVER)); fail=; \
+	for s in $(KVERS); do v=$$($(GET) version $$s); \
+		[ "$$v" = "$$def" ] && continue; \
+		echo "== $$v: $(CORE_TESTS)"; \
+		KVER=$$v tests/run -o results/kernels/$$v $(CORE_TESTS) || fail="$$fail $$v"; \
+	done; [ -z "$$fail" ] || { echo "check-kernels failed on:$$fail"; exit 1; }
 
 # The debug kernel: Debian's linux-source with KASAN, lockdep and fault
 # injection (debug/debug.config), built in build/debug-kernel/ and rebuilt
@@ -122,12 +151,12 @@ demo: deps all
 # docs/bench/ (QUICK=1: small, under build/bench/quick/, docs untouched).
 .PHONY: bench
 bench: deps all
-	KDIR=$(KDIR) bench/run $(if $(QUICK),--quick)
+	bench/run $(if $(QUICK),--quick)
 
+# Keeps the unpacked kernels and the build root (build/kernels, build/trixie-root).
 clean:
-	$(MAKE) -C $(KDIR) M=$(TOP)/drivers/md clean
 	$(MAKE) -C emulator clean
-	rm -rf build results
+	rm -rf results $(filter-out $(TOP)/build/kernels $(TOP)/build/trixie-root,$(wildcard $(TOP)/build/*))
 
 # make soak [LBS_SOAK_MINUTES=N]: 30+ minutes of mixed load with periodic
 # verification in one guest (tests/soak, not part of `make check`).

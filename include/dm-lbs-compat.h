@@ -1,21 +1,30 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Kernel API differences dm-lbs meets between Linux 6.1 and later kernels.
- * Force-included by Kbuild, so the sources are written against 6.1's API
- * and only this file knows about the others.
+ * Kernel API differences dm-lbs meets between Linux 6.1 and later kernels
+ * (6.12, 7.x).  Force-included by Kbuild, so the sources are written
+ * against one API and only this file knows about the others.
  */
 #ifndef DM_LBS_COMPAT_H
 #define DM_LBS_COMPAT_H
 
 #include <linux/version.h>
+#include <linux/blkdev.h>
 #include <linux/fs.h>
 #include <linux/slab.h>
 #include <linux/shrinker.h>
+#include <linux/workqueue.h>
 
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 5, 0)
 #define LBS_MODE_WRITE		BLK_OPEN_WRITE
 #else
 #define LBS_MODE_WRITE		FMODE_WRITE
+#endif
+
+/* 6.11 renamed it, as it serves atomic write boundaries too. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 11, 0)
+#define lbs_chunk_sectors_left	blk_boundary_sectors_left
+#else
+#define lbs_chunk_sectors_left	blk_chunk_sectors_left
 #endif
 
 typedef unsigned long (*lbs_shrink_fn)(struct shrinker *s,

@@ -396,11 +396,11 @@ static void lbs_block_submit(struct lbs_block *blk, struct lbs_buf *buf,
 	bio->bi_iter.bi_sector = lc->start +
 		((sector_t)blk->index << lc->block_shift);
 	if (buf->folio) {
-		/* One bio_vec for the whole block (bio_add_folio is not exported). */
-		bio_add_page(bio, &buf->folio->page, lc->block_size, 0);
+		/* One bio_vec for the whole block; the bio has room for it. */
+		__bio_add_page(bio, &buf->folio->page, lc->block_size, 0);
 	} else {
 		for (i = 0; i < nr_vecs; i++)
-			bio_add_page(bio, buf->pages[i], PAGE_SIZE, 0);
+			__bio_add_page(bio, buf->pages[i], PAGE_SIZE, 0);
 	}
 	/* The device below only ever sees whole, aligned blocks. */
 	WARN_ON_ONCE(bio->bi_iter.bi_size != lc->block_size ||

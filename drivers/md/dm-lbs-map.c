@@ -116,7 +116,7 @@ static unsigned int lbs_pt_fit(struct lbs_c *lc, struct bio *bio,
 		dev_sector = lc->start +
 			dm_target_offset(lc->ti, bio->bi_iter.bi_sector);
 		max_sectors = min(max_sectors,
-				  blk_chunk_sectors_left(dev_sector,
+				  lbs_chunk_sectors_left(dev_sector,
 							 lim->chunk_sectors));
 	}
 	max_bytes = round_down(max_sectors, lc->block_sectors) << SECTOR_SHIFT;

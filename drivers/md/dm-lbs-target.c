@@ -283,8 +283,9 @@ static int lbs_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	r = -ENOMEM;
 	lc->wq = alloc_workqueue("kdmlbs/%s", WQ_MEM_RECLAIM | WQ_UNBOUND, 0,
 				 dm_table_device_name(ti->table));
-	lc->flush_wq = alloc_workqueue("kdmlbs_flush/%s", WQ_MEM_RECLAIM, 1,
-				       dm_table_device_name(ti->table));
+	/* Flushes and the timer, one at a time; they only wait on lc->wq. */
+	lc->flush_wq = alloc_ordered_workqueue("kdmlbs_flush/%s", WQ_MEM_RECLAIM,
+					       dm_table_device_name(ti->table));
 	if (!lc->wq || !lc->flush_wq) {
 		ti->error = "Cannot allocate workqueue";
 		goto bad;
