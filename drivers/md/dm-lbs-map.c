@@ -11,9 +11,16 @@
 void lbs_remap(struct lbs_c *lc, struct bio *bio)
 {
 	bio_set_dev(bio, lc->dev->bdev);
+	/*
+	 * An empty flush comes with whatever sector its bio had, and blk-mq
+	 * fails any bio, even an empty one, that is not aligned to the
+	 * device's logical block: a 64 KiB one on 6.15 and later.
+	 */
 	if (bio_sectors(bio) || op_is_zone_mgmt(bio_op(bio)))
 		bio->bi_iter.bi_sector = lc->start +
 			dm_target_offset(lc->ti, bio->bi_iter.bi_sector);
+	else
+		bio->bi_iter.bi_sector = lc->start;
 }
 
 /*
@@ -237,11 +244,13 @@ int lbs_end_io(struct dm_target *ti, struct bio *bio, blk_status_t *error)
 	/* Errors of bios served by the cache were counted by the cache. */
 	if (pb->remapped && *error && *error != BLK_STS_NOTSUPP) {
 		lbs_stat_inc(lc, LBS_LOWER_ERRORS);
-		DMERR_LIMIT("%s: error %d on %s at sector %llu",
+		DMERR_LIMIT("%s: error %d on %s of %u bytes at sector %llu%s",
 			    dm_table_device_name(ti->table),
 			    blk_status_to_errno(*error),
 			    op_is_write(bio_op(bio)) ? "write" : "read",
-			    (unsigned long long)bio->bi_iter.bi_sector);
+			    bio->bi_iter.bi_size,
+			    (unsigned long long)bio->bi_iter.bi_sector,
+			    bio->bi_opf & REQ_PREFLUSH ? " (flush)" : "");
 	}
 	return DM_ENDIO_DONE;
 }

@@ -341,7 +341,7 @@ static int lbs_iterate_devices(struct dm_target *ti,
 
 static struct target_type lbs_target = {
 	.name		 = "lbs",
-	.version	 = {1, 1, 1},
+	.version	 = {1, 1, 2},
 	.module		 = THIS_MODULE,
 	.ctr		 = lbs_ctr,
 	.dtr		 = lbs_dtr,
