@@ -39,7 +39,7 @@ dmsetup status demo
 echo "   fields: blocks_cached blocks_dirty passthrough_reads passthrough_writes cache_hits"
 echo "           cache_misses partial_writes gathered_writes rmw_reads lower_read_bytes"
 echo "           lower_write_bytes alloc_fallbacks lower_errors cache_writes writeback_errors"
-echo "           passthrough_bounced"
+echo "           passthrough_bounced map_deferred tail_writes"
 dmsetup remove demo
 nbd_stop disk
 if [[ -f $stats ]]; then

@@ -10,6 +10,44 @@
  *
  * The work item never sleeps for memory: when it cannot get a cache slot or
  * a buffer it parks the block, and a freed buffer or an idle block wakes it.
+ * map() never sleeps either: what it cannot queue without waiting goes to
+ * lc->deferred and a worker queues it.
+ *
+ * States (bits of blk->flags):
+ *
+ *   valid[]     sectors of buf that hold the block's current data; all of
+ *               them after a read (FILLED when it served a write)
+ *   DIRTY       some valid sector is acknowledged but not on the device.
+ *               Set by a partial write; cleared when the block's write
+ *               completes, or when the block is discarded or lost.  Mirrored
+ *               by LBS_MARK_DIRTY in lc->blocks, under blk->lock
+ *   OPEN        DIRTY, and its data is one run ending where the latest
+ *               write ended: a sequential writer's block, which waits
+ *               tail_delay rather than writeback_delay for the rest
+ *   WB_WANTED   write it back (timer, pressure, flush); the work item turns
+ *               it into a fill (RMW read) and a write, or into nothing
+ *   FLUSH_PENDING  a flush waits for this block to be clean; mirrored by
+ *               LBS_MARK_FLUSH, set and cleared with it under blk->lock
+ *   IO, IO_DONE one request to the device in flight; completion sets IO_DONE
+ *               and runs the work item, which alone clears both
+ *   PARKED      on lc->parked, waiting for a slot or memory
+ *   REFERENCED  hit since the eviction clock last passed
+ *   DEAD        out of lc->blocks (set under blk->lock): lookups retry
+ *
+ * A block is evictable when only the cache holds it and it is none of
+ * IO, DIRTY, WB_WANTED, FLUSH_PENDING, PARKED, and has no bios.
+ *
+ * References (blk->ref): one for lc->blocks until eviction; one for each
+ * queued run of the work item (taken by whoever queues it, dropped when the
+ * run ends); one for the request in flight; one while PARKED; and one for
+ * each walker between lbs_block_next() and lbs_block_put().  Lookups in
+ * lc->blocks run under RCU and take blk->lock (map) or a reference only if
+ * the count is not already zero (walkers); blocks are freed after a grace
+ * period.
+ *
+ * Lock order: blk->lock, then the xarray's lock (xa_erase, marks).
+ * lc->park_lock, pt_lock, flush_lock and defer_lock nest in nothing and
+ * take nothing.  Only the work item touches buf, fill and valid[].
  */
 
 #include <linux/highmem.h>
@@ -194,11 +232,14 @@ void lbs_block_put(struct lbs_block *blk)
 	struct lbs_c *lc = blk->lc;
 	int left = atomic_dec_return(&blk->ref);
 
-	if (!left)
+	if (!left) {
 		lbs_block_free(blk);
-	else if (left == 1)
+	} else if (left == 1) {
 		/* Only the cache holds it now: it may be evictable. */
+		atomic_inc(&lc->free_gen);
+		smp_mb__after_atomic();	/* pairs with lbs_park() */
 		lbs_unpark_all(lc);
+	}
 }
 
 /* Run the block's state machine; the caller's reference moves to the work. */
@@ -215,9 +256,10 @@ void lbs_block_queue(struct lbs_block *blk)
 }
 
 /*
- * Wait for a slot (@for_slot) or for memory.  Whoever frees either bumps
- * free_gen before looking at the parked list, and we look at free_gen after
- * joining it: one of the two sees the other.
+ * Wait for a slot (@for_slot) or for memory.  Whoever frees either, or
+ * leaves a block idle (evictable), bumps free_gen before looking at the
+ * parked list, and we look at free_gen after joining it: one of the two
+ * sees the other.
  */
 static void lbs_park(struct lbs_block *blk, bool for_slot)
 {
@@ -259,18 +301,29 @@ out:
 	return evict;
 }
 
-/* Second-chance clock over the cached blocks; returns how many were freed. */
+#define LBS_EVICT_BATCH		64	/* blocks looked at per RCU section */
+
+/*
+ * Second-chance clock over the cached blocks; returns how many were freed.
+ * A victim is on the list with the cache's reference, so the RCU section
+ * can end between batches.
+ */
 unsigned long lbs_cache_evict(struct lbs_c *lc, unsigned long nr)
 {
 	unsigned long index = READ_ONCE(lc->clock_hand);
-	unsigned long budget = 2UL * lc->max_blocks + 64;
+	unsigned long budget = 2UL * lc->max_blocks + LBS_EVICT_BATCH;
 	struct lbs_block *blk, *tmp;
-	unsigned long freed = 0;
+	unsigned long freed = 0, seen = 0;
 	LIST_HEAD(victims);
 	int wraps = 0;
 
 	rcu_read_lock();
 	while (freed < nr && budget--) {
+		if (++seen % LBS_EVICT_BATCH == 0) {
+			rcu_read_unlock();
+			cond_resched();
+			rcu_read_lock();
+		}
 		blk = xa_find(&lc->blocks, &index, ULONG_MAX, XA_PRESENT);
 		if (!blk) {
 			if (++wraps > 2)
@@ -294,14 +347,18 @@ unsigned long lbs_cache_evict(struct lbs_c *lc, unsigned long nr)
 	return freed;
 }
 
-/* The next cached block at or after *index, with a reference held. */
-struct lbs_block *lbs_block_next(struct lbs_c *lc, unsigned long *index)
+/*
+ * The next cached block at or after *index that has @mark (XA_PRESENT: any),
+ * with a reference held.
+ */
+struct lbs_block *lbs_block_next(struct lbs_c *lc, unsigned long *index,
+				 xa_mark_t mark)
 {
 	struct lbs_block *blk;
 
 	rcu_read_lock();
 	for (;;) {
-		blk = xa_find(&lc->blocks, index, ULONG_MAX, XA_PRESENT);
+		blk = xa_find(&lc->blocks, index, ULONG_MAX, mark);
 		if (!blk || atomic_inc_not_zero(&blk->ref))
 			break;
 		(*index)++;
@@ -334,8 +391,12 @@ static bool lbs_block_get_buf(struct lbs_block *blk)
 		if (!lbs_cache_evict(lc, 1))
 			break;
 	}
-	/* Full of dirty or busy blocks: make some clean, wait for them. */
-	if (!lc->write_through)
+	/*
+	 * Full of dirty or busy blocks.  Writes in flight will leave clean
+	 * blocks behind: wait for those.  Otherwise make some clean; a block
+	 * written now that is still being filled costs a read.
+	 */
+	if (!lc->write_through && !atomic_read(&lc->nr_writing))
 		lbs_wb_kick(lc, 4);
 	lbs_park(blk, for_slot);
 	return false;
@@ -412,8 +473,11 @@ static void lbs_block_submit(struct lbs_block *blk, struct lbs_buf *buf,
 	blk->io_write = op_is_write(opf);
 	lbs_stat_add(lc, blk->io_write ? LBS_LOWER_WRITE_BYTES :
 		     LBS_LOWER_READ_BYTES, lc->block_size);
-	if (blk->io_write && !READ_ONCE(lc->wrote))
-		WRITE_ONCE(lc->wrote, true);
+	if (blk->io_write) {
+		atomic_inc(&lc->nr_writing);
+		if (!READ_ONCE(lc->wrote))
+			WRITE_ONCE(lc->wrote, true);
+	}
 	set_bit(LBS_B_IO, &blk->flags);
 	atomic_inc(&blk->ref);
 	submit_bio_noacct(bio);
@@ -451,25 +515,73 @@ static void lbs_block_write(struct lbs_block *blk, blk_opf_t extra)
 	lbs_block_submit(blk, blk->buf, REQ_OP_WRITE | REQ_SYNC | extra);
 }
 
-static void lbs_block_set_dirty(struct lbs_block *blk)
+/*
+ * Is the block's data one run ending at @end with nothing after it?  Then a
+ * sequential writer is filling it and the rest is likely on its way.
+ */
+static bool lbs_block_open(struct lbs_block *blk, unsigned int end)
 {
+	unsigned int bs = blk->lc->block_sectors;
+	unsigned int first = find_first_bit(blk->valid, bs);
+
+	return end < bs && find_next_bit(blk->valid, bs, end) >= bs &&
+	       find_next_zero_bit(blk->valid, bs, first) == end;
+}
+
+static void lbs_block_set_dirty(struct lbs_block *blk, unsigned int end)
+{
+	struct lbs_c *lc = blk->lc;
+
 	WRITE_ONCE(blk->written, jiffies);
-	if (!test_and_set_bit(LBS_B_DIRTY, &blk->flags)) {
-		WRITE_ONCE(blk->dirtied, blk->written);
-		atomic_inc(&blk->lc->nr_dirty);
+	if (lbs_block_open(blk, end))
+		set_bit(LBS_B_OPEN, &blk->flags);
+	else
+		clear_bit(LBS_B_OPEN, &blk->flags);
+	if (test_bit(LBS_B_DIRTY, &blk->flags))
+		return;
+	spin_lock(&blk->lock);
+	set_bit(LBS_B_DIRTY, &blk->flags);
+	WRITE_ONCE(blk->dirtied, blk->written);
+	atomic_inc(&lc->nr_dirty);
+	xa_set_mark(&lc->blocks, blk->index, LBS_MARK_DIRTY);
+	spin_unlock(&blk->lock);
+}
+
+/* For lbs_wb_write_all(): true if the block is dirty and now flagged. */
+bool lbs_block_flag_flush(struct lbs_block *blk)
+{
+	bool dirty;
+
+	spin_lock(&blk->lock);
+	dirty = test_bit(LBS_B_DIRTY, &blk->flags);
+	if (dirty) {
+		set_bit(LBS_B_FLUSH_PENDING, &blk->flags);
+		xa_set_mark(&blk->lc->blocks, blk->index, LBS_MARK_FLUSH);
+		set_bit(LBS_B_WB_WANTED, &blk->flags);
 	}
+	spin_unlock(&blk->lock);
+	return dirty;
 }
 
 /* Written, discarded or lost: nothing left to write, no flush waits for it. */
 static void lbs_block_set_clean(struct lbs_block *blk)
 {
 	struct lbs_c *lc = blk->lc;
+	bool flushed;
 
-	if (test_and_clear_bit(LBS_B_DIRTY, &blk->flags))
+	spin_lock(&blk->lock);
+	if (test_and_clear_bit(LBS_B_DIRTY, &blk->flags)) {
 		atomic_dec(&lc->nr_dirty);
+		xa_clear_mark(&lc->blocks, blk->index, LBS_MARK_DIRTY);
+	}
+	flushed = test_and_clear_bit(LBS_B_FLUSH_PENDING, &blk->flags);
+	if (flushed)
+		xa_clear_mark(&lc->blocks, blk->index, LBS_MARK_FLUSH);
+	spin_unlock(&blk->lock);
+	clear_bit(LBS_B_OPEN, &blk->flags);
 	clear_bit(LBS_B_FILLED, &blk->flags);
 	clear_bit(LBS_B_WB_WANTED, &blk->flags);
-	if (test_and_clear_bit(LBS_B_FLUSH_PENDING, &blk->flags))
+	if (flushed)
 		wake_up_all(&lc->wb_wait);
 }
 
@@ -544,6 +656,7 @@ static void lbs_block_io_done(struct lbs_block *blk)
 		return;
 	}
 
+	atomic_dec(&lc->nr_writing);
 	done = blk->wait_write;
 	bio_list_init(&blk->wait_write);
 	if (status)
@@ -583,6 +696,8 @@ static bool lbs_block_do_wb(struct lbs_block *blk)
 		return true;
 	}
 	if (!bitmap_full(blk->valid, lc->block_sectors)) {
+		if (test_bit(LBS_B_OPEN, &blk->flags))
+			lbs_stat_inc(lc, LBS_TAIL_WRITES);
 		lbs_block_fill(blk, true, true);
 		return false;
 	}
@@ -624,7 +739,7 @@ static bool lbs_block_do_bio(struct lbs_block *blk, struct bio *bio)
 			/* lbs_end_io() counts its errors like any remapped bio. */
 			pb->remapped = true;
 			lbs_remap(lc, bio);
-			submit_bio_noacct(bio);
+			dm_submit_bio_remap(bio, NULL);
 		}
 		return true;
 	case REQ_OP_WRITE:
@@ -660,7 +775,7 @@ static bool lbs_block_do_bio(struct lbs_block *blk, struct bio *bio)
 		return false;
 	}
 
-	lbs_block_set_dirty(blk);
+	lbs_block_set_dirty(blk, off + nr);
 	bio_endio(bio);
 	if (!was_full && bitmap_full(blk->valid, lc->block_sectors)) {
 		/* Gathered into a whole block: write it now, with no read. */
@@ -705,10 +820,13 @@ static void lbs_block_work(struct work_struct *work)
 	lbs_block_put(blk);
 }
 
-static struct lbs_block *lbs_block_alloc(struct lbs_c *lc, unsigned long index)
+static struct lbs_block *lbs_block_alloc(struct lbs_c *lc, unsigned long index,
+					 gfp_t gfp)
 {
-	struct lbs_block *blk = mempool_alloc(lc->block_pool, GFP_NOIO);
+	struct lbs_block *blk = mempool_alloc(lc->block_pool, gfp);
 
+	if (!blk)
+		return NULL;
 	memset(blk, 0, struct_size(blk, valid,
 				   BITS_TO_LONGS(lc->block_sectors)));
 	blk->lc = lc;
@@ -721,8 +839,13 @@ static struct lbs_block *lbs_block_alloc(struct lbs_c *lc, unsigned long index)
 	return blk;
 }
 
-/* Queue @bio, which lies within block @index, on that block. */
-int lbs_cache_map(struct lbs_c *lc, struct bio *bio, unsigned long index)
+/*
+ * Queue @bio, which lies within block @index, on that block.  With a @gfp
+ * that cannot wait, false when memory for a new block or an xarray node is
+ * short; with one that can, only once the memory is there.
+ */
+static bool lbs_cache_queue(struct lbs_c *lc, struct bio *bio,
+			    unsigned long index, gfp_t gfp)
 {
 	struct lbs_block *blk, *new = NULL;
 	int r;
@@ -745,25 +868,69 @@ retry:
 		if (new)
 			mempool_free(new, lc->block_pool);
 		lbs_block_run(blk);
-		return DM_MAPIO_SUBMITTED;
+		return true;
 	}
 	rcu_read_unlock();
 
-	if (!new)
-		new = lbs_block_alloc(lc, index);
+	if (!new) {
+		new = lbs_block_alloc(lc, index, gfp);
+		if (!new)
+			return false;
+	}
 	/* The bio goes in first so that eviction never sees it empty. */
 	bio_list_init(&new->bios);
 	bio_list_add(&new->bios, bio);
 	atomic_set(&new->ref, 2);	/* the cache's and the work's */
-	r = xa_insert(&lc->blocks, index, new, GFP_NOIO);
+	r = xa_insert(&lc->blocks, index, new, gfp);
 	if (r == -EBUSY)
 		goto retry;
 	if (r) {
-		/* No memory for an xarray node: let reclaim run, then retry. */
-		schedule_timeout_uninterruptible(1);
-		goto retry;
+		mempool_free(new, lc->block_pool);
+		return false;
 	}
 	lbs_block_run(new);
+	return true;
+}
+
+static void lbs_defer_work(struct work_struct *work)
+{
+	struct lbs_c *lc = container_of(work, struct lbs_c, defer_work);
+	unsigned long index;
+	sector_t rel;
+	struct bio *bio;
+
+	for (;;) {
+		spin_lock_irq(&lc->defer_lock);
+		bio = bio_list_pop(&lc->deferred);
+		/* Until the list is empty, map() queues behind it. */
+		if (!bio)
+			WRITE_ONCE(lc->deferring, false);
+		spin_unlock_irq(&lc->defer_lock);
+		if (!bio)
+			break;
+		rel = dm_target_offset(lc->ti, bio->bi_iter.bi_sector);
+		index = lbs_block_of(lc, rel);
+		/* No xarray node even in reclaim: let it run, then retry. */
+		while (!lbs_cache_queue(lc, bio, index, GFP_NOIO))
+			schedule_timeout_uninterruptible(1);
+	}
+}
+
+/* Called by map(): never sleeps. */
+int lbs_cache_map(struct lbs_c *lc, struct bio *bio, unsigned long index)
+{
+	unsigned long flags;
+
+	if (!READ_ONCE(lc->deferring) &&
+	    lbs_cache_queue(lc, bio, index, GFP_NOWAIT | __GFP_NOWARN))
+		return DM_MAPIO_SUBMITTED;
+
+	lbs_stat_inc(lc, LBS_MAP_DEFERRED);
+	spin_lock_irqsave(&lc->defer_lock, flags);
+	bio_list_add(&lc->deferred, bio);
+	WRITE_ONCE(lc->deferring, true);
+	spin_unlock_irqrestore(&lc->defer_lock, flags);
+	queue_work(lc->wq, &lc->defer_work);
 	return DM_MAPIO_SUBMITTED;
 }
 
@@ -792,6 +959,9 @@ int lbs_cache_init(struct lbs_c *lc)
 		       BITS_TO_LONGS(lc->block_sectors) * sizeof(long);
 
 	xa_init(&lc->blocks);
+	spin_lock_init(&lc->defer_lock);
+	bio_list_init(&lc->deferred);
+	INIT_WORK(&lc->defer_work, lbs_defer_work);
 	spin_lock_init(&lc->park_lock);
 	INIT_LIST_HEAD(&lc->parked);
 	spin_lock_init(&lc->pt_lock);

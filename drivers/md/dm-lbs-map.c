@@ -160,9 +160,9 @@ static unsigned int lbs_pt_fit(struct lbs_c *lc, struct bio *bio,
 	return round_down(bytes >> SECTOR_SHIFT, lc->block_sectors);
 }
 
-int lbs_map(struct dm_target *ti, struct bio *bio)
+int lbs_map_bio(struct lbs_c *lc, struct bio *bio)
 {
-	struct lbs_c *lc = ti->private;
+	struct dm_target *ti = lc->ti;
 	struct lbs_bio *pb = dm_per_bio_data(bio, sizeof(*pb));
 	unsigned int mask = lc->block_sectors - 1;
 	unsigned long first, found;
@@ -234,31 +234,27 @@ int lbs_map(struct dm_target *ti, struct bio *bio)
 	return lbs_passthrough(lc, pb, bio);
 }
 
-int lbs_end_io(struct dm_target *ti, struct bio *bio, blk_status_t *error)
+void lbs_end_bio(struct lbs_c *lc, struct bio *bio, blk_status_t error)
 {
-	struct lbs_c *lc = ti->private;
 	struct lbs_bio *pb = dm_per_bio_data(bio, sizeof(*pb));
 
 	if (pb->pt_count)
 		lbs_pt_end(lc, pb);
 	/* Errors of bios served by the cache were counted by the cache. */
-	if (pb->remapped && *error && *error != BLK_STS_NOTSUPP) {
+	if (pb->remapped && error && error != BLK_STS_NOTSUPP) {
 		lbs_stat_inc(lc, LBS_LOWER_ERRORS);
 		DMERR_LIMIT("%s: error %d on %s of %u bytes at sector %llu%s",
-			    dm_table_device_name(ti->table),
-			    blk_status_to_errno(*error),
+			    dm_table_device_name(lc->ti->table),
+			    blk_status_to_errno(error),
 			    op_is_write(bio_op(bio)) ? "write" : "read",
 			    bio->bi_iter.bi_size,
 			    (unsigned long long)bio->bi_iter.bi_sector,
 			    bio->bi_opf & REQ_PREFLUSH ? " (flush)" : "");
 	}
-	return DM_ENDIO_DONE;
 }
 
-void lbs_io_hints(struct dm_target *ti, struct queue_limits *limits)
+void lbs_set_limits(struct lbs_c *lc, struct queue_limits *limits)
 {
-	struct lbs_c *lc = ti->private;
-
 	limits->logical_block_size = lc->lbs;
 	limits->physical_block_size = lc->block_size;
 	limits->alignment_offset = 0;

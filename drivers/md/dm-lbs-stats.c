@@ -9,13 +9,13 @@
 static unsigned int lbs_nr_opt_args(struct lbs_c *lc)
 {
 	return 2 * lc->lbs_set + 2 * lc->cache_set + 2 * lc->wb_delay_set +
-	       lc->write_through + lc->no_discard_passdown;
+	       2 * lc->tail_delay_set + lc->write_through +
+	       lc->no_discard_passdown;
 }
 
-void lbs_status(struct dm_target *ti, status_type_t type,
-		unsigned int status_flags, char *result, unsigned int maxlen)
+unsigned int lbs_emit_status(struct lbs_c *lc, status_type_t type,
+			     char *result, unsigned int maxlen)
 {
-	struct lbs_c *lc = ti->private;
 	unsigned int sz = 0;
 	int i;
 
@@ -44,13 +44,23 @@ void lbs_status(struct dm_target *ti, status_type_t type,
 			DMEMIT(" no_discard_passdown");
 		if (lc->wb_delay_set)
 			DMEMIT(" writeback_delay %u", lc->wb_delay_ms);
+		if (lc->tail_delay_set)
+			DMEMIT(" tail_delay %u", lc->tail_delay_ms);
 		break;
 
 	case STATUSTYPE_IMA:
-		DMEMIT("block_size=%u,logical_block_size=%u,write_through=%c;",
-		       lc->block_size, lc->lbs, lc->write_through ? 'y' : 'n');
+		DMEMIT_TARGET_NAME_VERSION(lc->ti->type);
+		DMEMIT(",device_name=%s,start=%llu,block_size=%u",
+		       lc->dev->name, (unsigned long long)lc->start,
+		       lc->block_size);
+		DMEMIT(",logical_block_size=%u,cache_size=%u,write_through=%c",
+		       lc->lbs, lc->cache_mb, lc->write_through ? 'y' : 'n');
+		DMEMIT(",no_discard_passdown=%c,writeback_delay=%u,tail_delay=%u;",
+		       lc->no_discard_passdown ? 'y' : 'n', lc->wb_delay_ms,
+		       lc->tail_delay_set ? lc->tail_delay_ms : 0);
 		break;
 	}
+	return sz;
 }
 
 static int lbs_process_flush_mesg(struct lbs_c *lc)
@@ -79,15 +89,12 @@ static int lbs_process_clear_stats_mesg(struct lbs_c *lc)
 	return 0;
 }
 
-int lbs_message(struct dm_target *ti, unsigned int argc, char **argv,
-		char *result, unsigned int maxlen)
+int lbs_process_message(struct lbs_c *lc, unsigned int argc, char **argv)
 {
-	struct lbs_c *lc = ti->private;
-
 	if (argc != 1)
 		return -EINVAL;
 	/* A suspended table must not issue I/O or change under its owner. */
-	if (dm_suspended(ti))
+	if (dm_suspended(lc->ti))
 		return -EBUSY;
 
 	if (!strcasecmp(argv[0], "flush"))

@@ -5,59 +5,71 @@
  * Table line:
  *   <start> <len> lbs <dev> <offset> <block_size> [<#opt_args> <opt_args>...]
  *
- * This file parses the table, builds and tears down a target, and
- * registers the target type.  See docs/dm-lbs.rst.
+ * This file parses the table, builds and tears down a target, holds the
+ * target_type callbacks and registers the target type; the other files
+ * provide what the callbacks call.  See docs/dm-lbs.rst.
  */
 
 #include <linux/module.h>
 
 #include "dm-lbs.h"
 
+/* Optional arguments that take a value: its range and what is wrong. */
 struct lbs_uint_opt {
 	const char *name;
-	unsigned int min, max;
-	char *missing, *invalid, *duplicate;
+	struct dm_arg arg;	/* min, max, and the error for a bad value */
+	char *missing, *duplicate;
 };
 
-enum { LBS_OPT_LBS, LBS_OPT_CACHE, LBS_OPT_WB_DELAY, LBS_NR_UINT_OPTS };
+enum {
+	LBS_OPT_LBS, LBS_OPT_CACHE, LBS_OPT_WB_DELAY, LBS_OPT_TAIL_DELAY,
+	LBS_NR_UINT_OPTS
+};
 
 static const struct lbs_uint_opt lbs_uint_opts[LBS_NR_UINT_OPTS] = {
-	[LBS_OPT_LBS] = { "logical_block_size", SECTOR_SIZE, 4096,
+	[LBS_OPT_LBS] = { "logical_block_size",
+		{ SECTOR_SIZE, 4096, "Invalid logical_block_size" },
 		"Missing value for logical_block_size",
-		"Invalid logical_block_size",
 		"Duplicate logical_block_size" },
-	[LBS_OPT_CACHE] = { "cache_size", 1, LBS_MAX_CACHE_MB,
+	[LBS_OPT_CACHE] = { "cache_size",
+		{ 1, LBS_MAX_CACHE_MB, "Invalid cache_size" },
 		"Missing value for cache_size",
-		"Invalid cache_size",
 		"Duplicate cache_size" },
-	[LBS_OPT_WB_DELAY] = { "writeback_delay", 1, LBS_MAX_WB_DELAY_MS,
+	[LBS_OPT_WB_DELAY] = { "writeback_delay",
+		{ 1, LBS_MAX_WB_DELAY_MS, "Invalid writeback_delay" },
 		"Missing value for writeback_delay",
-		"Invalid writeback_delay",
 		"Duplicate writeback_delay" },
+	[LBS_OPT_TAIL_DELAY] = { "tail_delay",
+		{ 1, LBS_MAX_TAIL_DELAY_MS, "Invalid tail_delay" },
+		"Missing value for tail_delay",
+		"Duplicate tail_delay" },
 };
 
-static int lbs_parse_flag(const char *name, bool *flag, struct dm_target *ti)
-{
-	if (*flag) {
-		ti->error = !strcasecmp(name, "write_through") ?
-			"Duplicate write_through" : "Duplicate no_discard_passdown";
-		return -EINVAL;
-	}
-	*flag = true;
-	return 0;
-}
+/* Optional arguments without a value. */
+static const struct {
+	const char *name;
+	char *duplicate;
+} lbs_flag_opts[] = {
+	{ "write_through", "Duplicate write_through" },
+	{ "no_discard_passdown", "Duplicate no_discard_passdown" },
+};
 
 static int lbs_parse_opts(struct dm_arg_set *as, struct lbs_c *lc,
 			  struct dm_target *ti)
 {
 	static const struct dm_arg group = {
-		0, 2 * LBS_NR_UINT_OPTS + 2, "Invalid number of optional arguments"
+		0, 2 * LBS_NR_UINT_OPTS + ARRAY_SIZE(lbs_flag_opts),
+		"Invalid number of optional arguments"
 	};
 	unsigned int *vals[LBS_NR_UINT_OPTS] = {
-		&lc->lbs, &lc->cache_mb, &lc->wb_delay_ms
+		&lc->lbs, &lc->cache_mb, &lc->wb_delay_ms, &lc->tail_delay_ms
 	};
 	bool *set[LBS_NR_UINT_OPTS] = {
-		&lc->lbs_set, &lc->cache_set, &lc->wb_delay_set
+		&lc->lbs_set, &lc->cache_set, &lc->wb_delay_set,
+		&lc->tail_delay_set
+	};
+	bool *flags[ARRAY_SIZE(lbs_flag_opts)] = {
+		&lc->write_through, &lc->no_discard_passdown
 	};
 	const struct lbs_uint_opt *o;
 	unsigned int argc, i;
@@ -74,16 +86,15 @@ static int lbs_parse_opts(struct dm_arg_set *as, struct lbs_c *lc,
 		name = dm_shift_arg(as);
 		argc--;
 
-		if (!strcasecmp(name, "write_through")) {
-			r = lbs_parse_flag(name, &lc->write_through, ti);
-			if (r)
-				return r;
-			continue;
-		}
-		if (!strcasecmp(name, "no_discard_passdown")) {
-			r = lbs_parse_flag(name, &lc->no_discard_passdown, ti);
-			if (r)
-				return r;
+		for (i = 0; i < ARRAY_SIZE(lbs_flag_opts); i++)
+			if (!strcasecmp(name, lbs_flag_opts[i].name))
+				break;
+		if (i < ARRAY_SIZE(lbs_flag_opts)) {
+			if (*flags[i]) {
+				ti->error = lbs_flag_opts[i].duplicate;
+				return -EINVAL;
+			}
+			*flags[i] = true;
 			continue;
 		}
 
@@ -103,22 +114,25 @@ static int lbs_parse_opts(struct dm_arg_set *as, struct lbs_c *lc,
 			ti->error = o->missing;
 			return -EINVAL;
 		}
-		name = dm_shift_arg(as);
+		r = dm_read_arg(&o->arg, as, vals[i], &ti->error);
+		if (r)
+			return r;
 		argc--;
-		if (kstrtouint(name, 10, vals[i]) ||
-		    *vals[i] < o->min || *vals[i] > o->max) {
-			ti->error = o->invalid;
-			return -EINVAL;
-		}
 		*set[i] = true;
 	}
 
 	if (lc->lbs_set && !is_power_of_2(lc->lbs)) {
-		ti->error = lbs_uint_opts[LBS_OPT_LBS].invalid;
+		ti->error = lbs_uint_opts[LBS_OPT_LBS].arg.error;
 		return -EINVAL;
 	}
-	if (lc->write_through && lc->wb_delay_set) {
-		ti->error = "writeback_delay conflicts with write_through";
+	if (lc->write_through && (lc->wb_delay_set || lc->tail_delay_set)) {
+		ti->error = lc->wb_delay_set ?
+			"writeback_delay conflicts with write_through" :
+			"tail_delay conflicts with write_through";
+		return -EINVAL;
+	}
+	if (as->argc) {
+		ti->error = "Too many arguments";
 		return -EINVAL;
 	}
 	return 0;
@@ -308,6 +322,8 @@ static int lbs_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	ti->num_discard_bios = 1;
 	ti->num_write_zeroes_bios = 1;
 	ti->per_io_data_size = sizeof(struct lbs_bio);
+	/* Flushes and discards we resubmit go through dm_submit_bio_remap(). */
+	ti->accounts_remapped_io = true;
 	/* Write-back holds acknowledged data: ask for flushes. */
 	ti->flush_supported = !lc->write_through;
 	ti->discards_supported = lc->no_discard_passdown;
@@ -331,6 +347,51 @@ static void lbs_dtr(struct dm_target *ti)
 	lbs_destroy(lc);
 }
 
+static int lbs_map(struct dm_target *ti, struct bio *bio)
+{
+	return lbs_map_bio(ti->private, bio);
+}
+
+static int lbs_end_io(struct dm_target *ti, struct bio *bio,
+		      blk_status_t *error)
+{
+	lbs_end_bio(ti->private, bio, *error);
+	return DM_ENDIO_DONE;
+}
+
+static void lbs_io_hints(struct dm_target *ti, struct queue_limits *limits)
+{
+	lbs_set_limits(ti->private, limits);
+}
+
+static void lbs_presuspend(struct dm_target *ti)
+{
+	lbs_wb_write_all(ti->private);
+}
+
+static void lbs_postsuspend(struct dm_target *ti)
+{
+	lbs_wb_suspend(ti->private);
+}
+
+static void lbs_resume(struct dm_target *ti)
+{
+	lbs_wb_start_timer(ti->private);
+}
+
+static void lbs_status(struct dm_target *ti, status_type_t type,
+		       unsigned int status_flags, char *result,
+		       unsigned int maxlen)
+{
+	lbs_emit_status(ti->private, type, result, maxlen);
+}
+
+static int lbs_message(struct dm_target *ti, unsigned int argc, char **argv,
+		       char *result, unsigned int maxlen)
+{
+	return lbs_process_message(ti->private, argc, argv);
+}
+
 static int lbs_iterate_devices(struct dm_target *ti,
 			       iterate_devices_callout_fn fn, void *data)
 {
@@ -341,7 +402,7 @@ static int lbs_iterate_devices(struct dm_target *ti,
 
 static struct target_type lbs_target = {
 	.name		 = "lbs",
-	.version	 = {1, 1, 2},
+	.version	 = {1, 2, 0},
 	.module		 = THIS_MODULE,
 	.ctr		 = lbs_ctr,
 	.dtr		 = lbs_dtr,

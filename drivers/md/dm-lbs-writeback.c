@@ -9,6 +9,8 @@
  * lost acknowledged data since the last FLUSH.
  */
 
+#include <linux/writeback.h>
+
 #include "dm-lbs.h"
 
 /* Flag every dirty block for write-back and wait for all of them. */
@@ -21,15 +23,15 @@ int lbs_wb_write_all(struct lbs_c *lc)
 	if (!atomic_read(&lc->nr_dirty))
 		return 0;
 
-	for (index = 0; (blk = lbs_block_next(lc, &index)); index++) {
-		if (test_bit(LBS_B_DIRTY, &blk->flags)) {
-			set_bit(LBS_B_FLUSH_PENDING, &blk->flags);
-			set_bit(LBS_B_WB_WANTED, &blk->flags);
+	for (index = 0; (blk = lbs_block_next(lc, &index, LBS_MARK_DIRTY));
+	     index++) {
+		if (lbs_block_flag_flush(blk))
 			lbs_block_queue(blk);
-		}
 		lbs_block_put(blk);
+		cond_resched();
 	}
-	for (index = 0; (blk = lbs_block_next(lc, &index)); index++) {
+	for (index = 0; (blk = lbs_block_next(lc, &index, LBS_MARK_FLUSH));
+	     index++) {
 		wait_event(lc->wb_wait,
 			   !test_bit(LBS_B_FLUSH_PENDING, &blk->flags));
 		lbs_block_put(blk);
@@ -37,20 +39,61 @@ int lbs_wb_write_all(struct lbs_c *lc)
 	return atomic_read(&lc->wb_errors) != errors ? -EIO : 0;
 }
 
-/* Cache pressure: start write-back of a few dirty blocks, do not wait. */
+/*
+ * Is the block worth writing now?  Not if it is open or was written within
+ * @delay: its writer is likely still filling it, and cutting it costs a
+ * read and a second write.
+ */
+static bool lbs_wb_idle(struct lbs_block *blk, unsigned long delay)
+{
+	return !test_bit(LBS_B_OPEN, &blk->flags) &&
+	       time_after_eq(jiffies, READ_ONCE(blk->written) + delay);
+}
+
+/*
+ * Cache pressure: start write-back of a few dirty blocks, do not wait.
+ * Idle blocks first; blocks still being filled only when there are no
+ * others.  A hand carries on where the last call stopped, so that the same
+ * blocks at the start of the device are not asked again and again.
+ */
 void lbs_wb_kick(struct lbs_c *lc, unsigned int nr)
 {
+	unsigned long delay = msecs_to_jiffies(lc->wb_delay_ms);
+	unsigned long index = READ_ONCE(lc->kick_hand), start = index;
 	struct lbs_block *blk;
-	unsigned long index;
+	bool wrapped = false, any = false;
 
-	for (index = 0; nr && (blk = lbs_block_next(lc, &index)); index++) {
+	while (nr) {
+		blk = lbs_block_next(lc, &index, LBS_MARK_DIRTY);
+		if (blk && wrapped && index >= start) {
+			lbs_block_put(blk);
+			blk = NULL;
+		}
+		if (!blk) {
+			if (!wrapped) {
+				wrapped = true;
+				index = 0;
+				continue;
+			}
+			if (any)
+				break;
+			/* Nothing idle: take whatever is dirty. */
+			any = true;
+			wrapped = false;
+			index = start;
+			continue;
+		}
 		if (test_bit(LBS_B_DIRTY, &blk->flags) &&
+		    (any || lbs_wb_idle(blk, delay)) &&
 		    !test_and_set_bit(LBS_B_WB_WANTED, &blk->flags)) {
 			lbs_block_queue(blk);
 			nr--;
 		}
 		lbs_block_put(blk);
+		index++;
+		cond_resched();
 	}
+	WRITE_ONCE(lc->kick_hand, index);
 }
 
 bool lbs_wb_flush_needed(struct lbs_c *lc)
@@ -103,22 +146,45 @@ static void lbs_wb_flush_work(struct work_struct *work)
 		}
 		pb->remapped = true;
 		lbs_remap(lc, bio);
-		submit_bio_noacct(bio);
+		dm_submit_bio_remap(bio, NULL);
 	}
 }
 
 /*
- * A block is due once no write has come for writeback_delay: the page
- * cache's flusher stops wherever the writer is, often mid-block, and comes
- * back for the rest later; cutting the block in between would cost a read
- * and a second write.  Still, nothing stays dirty for more than
- * LBS_WB_MAX_DELAYS delays, however often it is written.
+ * How long an open block (a sequential writer's, see LBS_B_OPEN) waits for
+ * the rest of its data.  A buffered writer's pages reach us when the page
+ * cache's flusher, waking every dirty_writeback_interval, finds them older
+ * than dirty_expire_centisecs; it stops at the writer's position, mid-block,
+ * and the rest of the block comes one expiry plus up to two flusher
+ * periods later.  Cutting the block before would cost a read and a second
+ * write of it.
  */
-static bool lbs_wb_due(struct lbs_block *blk, unsigned long delay)
+static unsigned long lbs_wb_tail_delay(struct lbs_c *lc)
 {
+	unsigned int ms = lc->tail_delay_ms;
+
+	if (!lc->tail_delay_set)
+		ms = LBS_PAGECACHE_EXPIRE_MS +
+		     2 * 10 * READ_ONCE(dirty_writeback_interval);
+	return msecs_to_jiffies(max(ms, lc->wb_delay_ms));
+}
+
+/*
+ * A block is due once no write has come for writeback_delay (tail_delay
+ * when open), and at the latest LBS_WB_MAX_DELAYS delays (two tail delays)
+ * after it became dirty, however often it is written.
+ */
+static bool lbs_wb_due(struct lbs_block *blk, unsigned long delay,
+		       unsigned long tail)
+{
+	unsigned long max_age = LBS_WB_MAX_DELAYS * delay;
+
+	if (test_bit(LBS_B_OPEN, &blk->flags)) {
+		delay = tail;
+		max_age = 2 * tail;
+	}
 	return time_after_eq(jiffies, READ_ONCE(blk->written) + delay) ||
-	       time_after_eq(jiffies, READ_ONCE(blk->dirtied) +
-			     LBS_WB_MAX_DELAYS * delay);
+	       time_after_eq(jiffies, READ_ONCE(blk->dirtied) + max_age);
 }
 
 static void lbs_wb_timer(struct work_struct *work)
@@ -126,16 +192,18 @@ static void lbs_wb_timer(struct work_struct *work)
 	struct lbs_c *lc = container_of(to_delayed_work(work), struct lbs_c,
 					wb_work);
 	unsigned long delay = msecs_to_jiffies(lc->wb_delay_ms);
+	unsigned long tail = lbs_wb_tail_delay(lc);
 	struct lbs_block *blk;
 	unsigned long index;
 
-	for (index = 0; atomic_read(&lc->nr_dirty) &&
-	     (blk = lbs_block_next(lc, &index)); index++) {
+	for (index = 0; (blk = lbs_block_next(lc, &index, LBS_MARK_DIRTY));
+	     index++) {
 		if (test_bit(LBS_B_DIRTY, &blk->flags) &&
-		    lbs_wb_due(blk, delay) &&
+		    lbs_wb_due(blk, delay, tail) &&
 		    !test_and_set_bit(LBS_B_WB_WANTED, &blk->flags))
 			lbs_block_queue(blk);
 		lbs_block_put(blk);
+		cond_resched();
 	}
 	queue_delayed_work(lc->flush_wq, &lc->wb_work, max(delay / 2, 1UL));
 }
@@ -161,20 +229,13 @@ void lbs_wb_stop_timer(struct lbs_c *lc)
 	cancel_delayed_work_sync(&lc->wb_work);
 }
 
-void lbs_presuspend(struct dm_target *ti)
+/*
+ * Postsuspend: bios are drained now; write what came after presuspend, then
+ * make it all durable.  The table may be going away, and with it the only
+ * record that the device's own cache holds our writes.
+ */
+void lbs_wb_suspend(struct lbs_c *lc)
 {
-	lbs_wb_write_all(ti->private);
-}
-
-void lbs_postsuspend(struct dm_target *ti)
-{
-	struct lbs_c *lc = ti->private;
-
-	/*
-	 * Bios are drained now: write what came after presuspend, then make
-	 * it all durable.  The table may be going away, and with it the only
-	 * record that the device's own cache holds our writes.
-	 */
 	lbs_wb_stop_timer(lc);
 	lbs_wb_write_all(lc);
 	if (xchg(&lc->wrote, false))
@@ -183,9 +244,4 @@ void lbs_postsuspend(struct dm_target *ti)
 	/* The device may change under a suspended table: forget it. */
 	while (lbs_cache_evict(lc, ULONG_MAX))
 		;
-}
-
-void lbs_resume(struct dm_target *ti)
-{
-	lbs_wb_start_timer(ti->private);
 }

@@ -25,6 +25,17 @@
 #define LBS_DEFAULT_WB_DELAY_MS	1000
 #define LBS_MAX_WB_DELAY_MS	(3600 * 1000)
 #define LBS_WB_MAX_DELAYS	8	/* dirty at most this many delays */
+/*
+ * The page cache's dirty_expire_centisecs default.  The kernel exports the
+ * flusher's interval (dirty_writeback_interval) but not the expiry, so
+ * lbs-setup passes the live value as tail_delay; this is the fallback.
+ */
+#define LBS_PAGECACHE_EXPIRE_MS	30000
+#define LBS_MAX_TAIL_DELAY_MS	(3600 * 1000)
+
+/* xarray marks of lc->blocks: walks cost what they find, not the cache. */
+#define LBS_MARK_DIRTY		XA_MARK_0	/* LBS_B_DIRTY */
+#define LBS_MARK_FLUSH		XA_MARK_1	/* LBS_B_FLUSH_PENDING */
 
 /* Counters reported by "dmsetup status", in this order; append only. */
 enum lbs_stat {
@@ -42,6 +53,8 @@ enum lbs_stat {
 	LBS_CACHE_WRITES,	/* whole blocks written from the cache */
 	LBS_WB_ERRORS,		/* acknowledged blocks lost to a write error */
 	LBS_PT_BOUNCED,		/* whole blocks copied: the device would split them */
+	LBS_MAP_DEFERRED,	/* bios map handed to a worker to wait for memory */
+	LBS_TAIL_WRITES,	/* open blocks written back incomplete, after tail_delay */
 	LBS_NR_STATS
 };
 
@@ -62,6 +75,7 @@ enum {
 	LBS_B_PARKED,		/* waits for a cache slot or memory */
 	LBS_B_REFERENCED,	/* used since the eviction clock last passed */
 	LBS_B_DEAD,		/* evicted: lookups must retry */
+	LBS_B_OPEN,		/* a sequential writer's block: the rest may follow */
 };
 
 struct lbs_block {
@@ -96,7 +110,8 @@ struct lbs_c {
 	unsigned int lbs;		/* exposed logical block size */
 	unsigned int cache_mb;
 	unsigned int wb_delay_ms;
-	bool lbs_set, cache_set, wb_delay_set;
+	unsigned int tail_delay_ms;
+	bool lbs_set, cache_set, wb_delay_set, tail_delay_set;
 	bool write_through;
 	bool no_discard_passdown;
 	unsigned int max_blocks;	/* cache bound, in blocks */
@@ -104,10 +119,17 @@ struct lbs_c {
 	struct xarray blocks;		/* block number -> struct lbs_block */
 	atomic_t nr_bufs;		/* blocks holding a buffer */
 	atomic_t nr_dirty;
-	atomic_t free_gen;		/* bumped whenever a buffer is freed */
+	atomic_t nr_writing;		/* block writes in flight */
+	atomic_t free_gen;		/* a buffer was freed, a block went idle */
 	unsigned long clock_hand;	/* where eviction looks next */
+	unsigned long kick_hand;	/* where pressure write-back looks next */
 	spinlock_t park_lock;
 	struct list_head parked;	/* blocks waiting for a slot or memory */
+
+	spinlock_t defer_lock;		/* protects deferred */
+	struct bio_list deferred;	/* bios map could not queue unblocking */
+	bool deferring;			/* deferred is being drained */
+	struct work_struct defer_work;
 
 	struct workqueue_struct *wq;	/* per-block state machines */
 	struct workqueue_struct *flush_wq; /* flushes, timer: wait on wq */
@@ -162,16 +184,18 @@ void lbs_cache_exit(struct lbs_c *lc);
 int lbs_cache_map(struct lbs_c *lc, struct bio *bio, unsigned long index);
 bool lbs_cache_busy(struct lbs_c *lc, unsigned long first, unsigned long last,
 		    unsigned long *found);
-struct lbs_block *lbs_block_next(struct lbs_c *lc, unsigned long *index);
+struct lbs_block *lbs_block_next(struct lbs_c *lc, unsigned long *index,
+				 xa_mark_t mark);
 void lbs_block_put(struct lbs_block *blk);
 void lbs_block_queue(struct lbs_block *blk);
+bool lbs_block_flag_flush(struct lbs_block *blk);
 unsigned long lbs_cache_evict(struct lbs_c *lc, unsigned long nr);
 
 /* dm-lbs-map.c */
-int lbs_map(struct dm_target *ti, struct bio *bio);
-int lbs_end_io(struct dm_target *ti, struct bio *bio, blk_status_t *error);
+int lbs_map_bio(struct lbs_c *lc, struct bio *bio);
+void lbs_end_bio(struct lbs_c *lc, struct bio *bio, blk_status_t error);
 void lbs_remap(struct lbs_c *lc, struct bio *bio);
-void lbs_io_hints(struct dm_target *ti, struct queue_limits *limits);
+void lbs_set_limits(struct lbs_c *lc, struct queue_limits *limits);
 
 /* dm-lbs-writeback.c */
 void lbs_wb_init(struct lbs_c *lc);
@@ -181,14 +205,11 @@ void lbs_wb_queue_flush(struct lbs_c *lc, struct bio *bio);
 bool lbs_wb_flush_needed(struct lbs_c *lc);
 int lbs_wb_write_all(struct lbs_c *lc);
 void lbs_wb_kick(struct lbs_c *lc, unsigned int nr);
-void lbs_presuspend(struct dm_target *ti);
-void lbs_postsuspend(struct dm_target *ti);
-void lbs_resume(struct dm_target *ti);
+void lbs_wb_suspend(struct lbs_c *lc);
 
 /* dm-lbs-stats.c */
-void lbs_status(struct dm_target *ti, status_type_t type,
-		unsigned int status_flags, char *result, unsigned int maxlen);
-int lbs_message(struct dm_target *ti, unsigned int argc, char **argv,
-		char *result, unsigned int maxlen);
+unsigned int lbs_emit_status(struct lbs_c *lc, status_type_t type,
+			     char *result, unsigned int maxlen);
+int lbs_process_message(struct lbs_c *lc, unsigned int argc, char **argv);
 
 #endif /* DM_LBS_H */

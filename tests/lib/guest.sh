@@ -356,7 +356,8 @@ dmesg_check() {
 LBS_FIELDS=(blocks_cached blocks_dirty passthrough_reads passthrough_writes
 	cache_hits cache_misses partial_writes gathered_writes rmw_reads
 	lower_read_bytes lower_write_bytes alloc_fallbacks lower_errors
-	cache_writes writeback_errors passthrough_bounced)
+	cache_writes writeback_errors passthrough_bounced map_deferred
+	tail_writes)
 
 # lbs_field MAPPING NAME: one status field of an lbs mapping, by name.
 lbs_field() {
