@@ -183,9 +183,36 @@ clean:
 soak: deps all
 	tests/run soak
 
-# The unit-discovery helper for optical and other big-block devices
-# (docs/optical.md): make install-tools [PREFIX=/usr/local] [DESTDIR=...]
+# lbs-setup, the lbstab generator, the udev rule and their man pages
+# (docs/optical.md, lbstab(5)): make install-tools [PREFIX=/usr/local]
+# [DESTDIR=...].  With PREFIX=/usr (the lbs-tools package) the generator
+# and the rule go where systemd and udev keep their own; below /usr/local,
+# where they look for the administrator's.
 PREFIX ?= /usr/local
+VERSION := $(shell sed -n 's/.*\.version.*{\([0-9]*\), *\([0-9]*\), *\([0-9]*\)}.*/\1.\2.\3/p' drivers/md/dm-lbs-target.c)
+ifeq ($(PREFIX),/usr)
+GENERATORDIR ?= $(or $(shell pkg-config --variable=systemdsystemgeneratordir systemd 2>/dev/null),/lib/systemd/system-generators)
+UDEVRULESDIR ?= $(or $(shell pkg-config --variable=udevdir udev 2>/dev/null),/lib/udev)/rules.d
+else
+GENERATORDIR ?= $(PREFIX)/lib/systemd/system-generators
+UDEVRULESDIR ?= /etc/udev/rules.d
+endif
+MANDIR ?= $(PREFIX)/share/man
+POD2MAN = pod2man --center=dm-lbs --release=$(VERSION) --date=$(shell git log -1 --format=%cs 2>/dev/null || date +%F)
 .PHONY: install-tools
 install-tools:
 	install -D -m 0755 tools/lbs-setup $(DESTDIR)$(PREFIX)/sbin/lbs-setup
+	install -d $(DESTDIR)$(GENERATORDIR) $(DESTDIR)$(UDEVRULESDIR) \
+		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	sed 's|/usr/sbin/lbs-setup|$(PREFIX)/sbin/lbs-setup|' tools/lbs-generator \
+		>$(DESTDIR)$(GENERATORDIR)/lbs-generator
+	chmod 0755 $(DESTDIR)$(GENERATORDIR)/lbs-generator
+	sed 's|/usr/sbin/lbs-setup|$(PREFIX)/sbin/lbs-setup|' tools/udev/69-lbs.rules \
+		>$(DESTDIR)$(UDEVRULESDIR)/69-lbs.rules
+	chmod 0644 $(DESTDIR)$(UDEVRULESDIR)/69-lbs.rules
+	$(POD2MAN) --section=8 --name=LBS-SETUP tools/lbs-setup.8.pod \
+		>$(DESTDIR)$(MANDIR)/man8/lbs-setup.8
+	$(POD2MAN) --section=8 --name=LBS-GENERATOR tools/lbs-generator.8.pod \
+		>$(DESTDIR)$(MANDIR)/man8/lbs-generator.8
+	$(POD2MAN) --section=5 --name=LBSTAB tools/lbstab.5.pod \
+		>$(DESTDIR)$(MANDIR)/man5/lbstab.5

@@ -166,6 +166,11 @@ lbs_load() {
 		ok "load dm-lbs (already loaded)"
 		return 0
 	fi
+	# LBS_MODPROBE=1: the installed module (DKMS's), found by modprobe.
+	if [[ ${LBS_MODPROBE:-} == 1 ]]; then
+		check "load dm-lbs with modprobe ($(modinfo -n dm-lbs 2>&1))" modprobe dm-lbs
+		return
+	fi
 	if [[ ! -f $LBS_KO ]]; then
 		not_ok "load dm-lbs" "$LBS_KO does not exist: run 'make' at the repo root first"
 		return 1
