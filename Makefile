@@ -198,7 +198,11 @@ GENERATORDIR ?= $(PREFIX)/lib/systemd/system-generators
 UDEVRULESDIR ?= /etc/udev/rules.d
 endif
 MANDIR ?= $(PREFIX)/share/man
-POD2MAN = pod2man --center=dm-lbs --release=$(VERSION) --date=$(shell git log -1 --format=%cs 2>/dev/null || date +%F)
+# The pages' date: dpkg-buildpackage's SOURCE_DATE_EPOCH (the changelog's),
+# else the last commit's, so that a rebuild gives the same pages.
+DOC_DATE := $(shell if [ -n "$$SOURCE_DATE_EPOCH" ]; then date -u -d @$$SOURCE_DATE_EPOCH +%F; \
+	else git log -1 --format=%cs 2>/dev/null || date -u +%F; fi)
+POD2MAN = pod2man --center=dm-lbs --release=$(VERSION) --date=$(DOC_DATE)
 .PHONY: install-tools
 install-tools:
 	install -D -m 0755 tools/lbs-setup $(DESTDIR)$(PREFIX)/sbin/lbs-setup
@@ -216,3 +220,57 @@ install-tools:
 		>$(DESTDIR)$(MANDIR)/man8/lbs-generator.8
 	$(POD2MAN) --section=5 --name=LBSTAB tools/lbstab.5.pod \
 		>$(DESTDIR)$(MANDIR)/man5/lbstab.5
+
+# DKMS (dkms.conf): the module's sources in /usr/src/dm-lbs-VERSION/, as
+# the dm-lbs-dkms package installs them (make dkms-sources DESTDIR=...);
+# dkms-install registers them and builds and installs the module for every
+# kernel with headers in /lib/modules/*/build, dkms-remove undoes it.
+DKMS_SRC = $(DESTDIR)/usr/src/dm-lbs-$(VERSION)
+.PHONY: dkms-sources dkms-install dkms-remove
+dkms-sources:
+	@v=$$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' dkms.conf); [ "$$v" = "$(VERSION)" ] || \
+		{ echo "dkms.conf says $$v, dm-lbs-target.c $(VERSION)"; exit 1; }
+	install -d $(DKMS_SRC)/drivers/md $(DKMS_SRC)/include
+	install -m 0644 dkms.conf Kbuild $(DKMS_SRC)/
+	install -m 0644 drivers/md/Kbuild $(filter drivers/md/%,$(SOURCES)) $(DKMS_SRC)/drivers/md/
+	install -m 0644 $(filter include/%,$(SOURCES)) $(DKMS_SRC)/include/
+
+dkms-install: dkms-sources
+	$(call apt_install,dkms)
+	dkms status -m dm-lbs -v $(VERSION) | grep -q . || dkms add -m dm-lbs -v $(VERSION)
+	@set -e; for b in /lib/modules/*/build; do k=$${b#/lib/modules/}; k=$${k%/build}; \
+		[ -e $$b/Makefile ] || continue; \
+		r=0; dkms install -m dm-lbs -v $(VERSION) -k $$k || r=$$?; \
+		case $$r in 0) ;; 77) echo "dm-lbs: $$k is not a supported kernel, skipped";; *) exit $$r;; esac; \
+	done
+	dkms status -m dm-lbs
+
+dkms-remove:
+	dkms status -m dm-lbs -v $(VERSION) | grep -q . && dkms remove -m dm-lbs -v $(VERSION) --all || true
+	rm -rf $(DKMS_SRC)
+
+# make deb: the Debian packages (debian/): dm-lbs-dkms, lbs-tools and
+# nbdkit-bigsector-filter, built from a copy of the tracked files in
+# build/deb/ (the .debs land there), then checked with lintian.
+# make check-packages: builds them, installs them on this machine, checks
+# what DKMS built for each kernel, the filter found by name and the man
+# pages, boots the default kernel with the DKMS-built module (modprobe, and
+# dm's own on-demand loading), then purges them.  docs/packaging.md.
+DEB_BUILD_PACKAGES := debhelper dh-dkms dkms dpkg-dev lintian pkg-config \
+	nbdkit-plugin-dev fakeroot
+.PHONY: deb check-packages
+deb:
+	$(call apt_install,$(DEB_BUILD_PACKAGES))
+	rm -rf build/deb && mkdir -p build/deb/dm-lbs-$(VERSION)
+	if git rev-parse --git-dir >/dev/null 2>&1; then \
+		git ls-files -z | xargs -0 cp -a --parents -t build/deb/dm-lbs-$(VERSION); \
+	else \
+		tar -c --exclude=./build --exclude=./results . | tar -x -C build/deb/dm-lbs-$(VERSION); \
+	fi
+	cd build/deb/dm-lbs-$(VERSION) && dpkg-buildpackage -us -uc -b
+	lintian --info --display-info --fail-on error build/deb/dm-lbs_$(VERSION)_*.changes \
+		| tee build/deb/lintian.log
+	@ls build/deb/*.deb
+
+check-packages: deb emulator
+	tests/check-packages build/deb
