@@ -272,5 +272,5 @@ deb:
 		| tee build/deb/lintian.log
 	@ls build/deb/*.deb
 
-check-packages: deb emulator
+check-packages: deps all deb
 	tests/check-packages build/deb
