@@ -709,6 +709,17 @@ def write_markdown(path, summ, env, runs, plots, targets, quick, pngrel):
             A("")
             L.extend(time_table(summ, unit, w))
             A("")
+    if not quick:
+        A("## Other measurements")
+        A("")
+        A("- [cache-scale.md](cache-scale.md) (`bench/cache-scale`): FLUSH and cache-miss "
+          "cost with a 1 GiB cache full of clean blocks against an empty one.")
+        A("- [cpu-profile.md](cpu-profile.md) (`bench/cpu-profile`): where the CPU goes on "
+          "random 4 KiB writes at QD 16, lbs, dm-ebs and dm-linear side by side, with perf "
+          "profiles.  It found eviction walking the dirty blocks of a full cache, "
+          "once per parked block and per wake-up; eviction now walks the clean blocks "
+          "only (an xarray mark) and only an idle block wakes the parked ones.")
+        A("")
     A("## Raw data")
     A("")
     A(f"[`{pngrel}/results.csv`]({pngrel}/results.csv): one row per run (every "

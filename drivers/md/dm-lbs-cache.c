@@ -20,7 +20,9 @@
  *   DIRTY       some valid sector is acknowledged but not on the device.
  *               Set by a partial write; cleared when the block's write
  *               completes, or when the block is discarded or lost.  Mirrored
- *               by LBS_MARK_DIRTY in lc->blocks, under blk->lock
+ *               by LBS_MARK_DIRTY in lc->blocks, and its absence by
+ *               LBS_MARK_CLEAN (so eviction never walks dirty blocks), under
+ *               blk->lock
  *   OPEN        DIRTY, and its data is one run ending where the latest
  *               write ended: a sequential writer's block, which waits
  *               tail_delay rather than writeback_delay for the rest
@@ -59,6 +61,11 @@
 #define LBS_BLOCK_POOL_MIN	16
 #define LBS_BUF_POOL_MIN	2
 #define LBS_BOUNCE_POOL_MIN	1
+
+/* A block with any of these is not evictable. */
+#define LBS_B_BUSY_MASK	(BIT(LBS_B_IO) | BIT(LBS_B_DIRTY) | BIT(LBS_B_DEAD) | \
+			 BIT(LBS_B_WB_WANTED) | BIT(LBS_B_FLUSH_PENDING) | \
+			 BIT(LBS_B_PARKED))
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -234,8 +241,15 @@ void lbs_block_put(struct lbs_block *blk)
 
 	if (!left) {
 		lbs_block_free(blk);
-	} else if (left == 1) {
-		/* Only the cache holds it now: it may be evictable. */
+	} else if (left == 1 && !(READ_ONCE(blk->flags) & LBS_B_BUSY_MASK)) {
+		/*
+		 * Only the cache holds it now, and it is idle: it may be
+		 * evictable.  A busy block's flags are cleared by its work
+		 * item, which holds a reference until after: its put (or a
+		 * later one) comes back here.  Waking the parked blocks on
+		 * every walker's put of a dirty block costs each of them a
+		 * futile eviction pass.
+		 */
 		atomic_inc(&lc->free_gen);
 		smp_mb__after_atomic();	/* pairs with lbs_park() */
 		lbs_unpark_all(lc);
@@ -259,12 +273,12 @@ void lbs_block_queue(struct lbs_block *blk)
  * Wait for a slot (@for_slot) or for memory.  Whoever frees either, or
  * leaves a block idle (evictable), bumps free_gen before looking at the
  * parked list, and we look at free_gen after joining it: one of the two
- * sees the other.
+ * sees the other.  @gen is free_gen as read before the attempt that
+ * failed, so that what freed memory during the attempt is not missed.
  */
-static void lbs_park(struct lbs_block *blk, bool for_slot)
+static void lbs_park(struct lbs_block *blk, bool for_slot, int gen)
 {
 	struct lbs_c *lc = blk->lc;
-	int gen = atomic_read(&lc->free_gen);
 	unsigned long flags;
 
 	spin_lock_irqsave(&lc->park_lock, flags);
@@ -289,9 +303,7 @@ static bool lbs_block_try_evict(struct lbs_c *lc, struct lbs_block *blk)
 		goto out;
 	if (atomic_read(&blk->ref) != 1 || !bio_list_empty(&blk->bios))
 		goto out;
-	if (blk->flags & (BIT(LBS_B_IO) | BIT(LBS_B_DIRTY) | BIT(LBS_B_DEAD) |
-			  BIT(LBS_B_WB_WANTED) | BIT(LBS_B_FLUSH_PENDING) |
-			  BIT(LBS_B_PARKED)))
+	if (blk->flags & LBS_B_BUSY_MASK)
 		goto out;
 	set_bit(LBS_B_DEAD, &blk->flags);
 	xa_erase(&lc->blocks, blk->index);
@@ -304,7 +316,9 @@ out:
 #define LBS_EVICT_BATCH		64	/* blocks looked at per RCU section */
 
 /*
- * Second-chance clock over the cached blocks; returns how many were freed.
+ * Second-chance clock over the clean cached blocks (dirty ones cannot go
+ * before their write-back, and a cache full of them is the common case
+ * under random writes); returns how many were freed.
  * A victim is on the list with the cache's reference, so the RCU section
  * can end between batches.
  */
@@ -324,7 +338,7 @@ unsigned long lbs_cache_evict(struct lbs_c *lc, unsigned long nr)
 			cond_resched();
 			rcu_read_lock();
 		}
-		blk = xa_find(&lc->blocks, &index, ULONG_MAX, XA_PRESENT);
+		blk = xa_find(&lc->blocks, &index, ULONG_MAX, LBS_MARK_CLEAN);
 		if (!blk) {
 			if (++wraps > 2)
 				break;
@@ -377,9 +391,11 @@ bool lbs_cache_busy(struct lbs_c *lc, unsigned long first, unsigned long last,
 static bool lbs_block_get_buf(struct lbs_block *blk)
 {
 	struct lbs_c *lc = blk->lc;
+	int gen = atomic_read(&lc->free_gen);
 	bool for_slot = true;
 	int tries;
 
+	smp_rmb();	/* free_gen before the count and the blocks we look at */
 	for (tries = 0; tries < 2; tries++) {
 		if (atomic_inc_return(&lc->nr_bufs) <= lc->max_blocks) {
 			blk->buf = lbs_buf_get(lc, lc->buf_pool);
@@ -398,7 +414,7 @@ static bool lbs_block_get_buf(struct lbs_block *blk)
 	 */
 	if (!lc->write_through && !atomic_read(&lc->nr_writing))
 		lbs_wb_kick(lc, 4);
-	lbs_park(blk, for_slot);
+	lbs_park(blk, for_slot, gen);
 	return false;
 }
 
@@ -489,9 +505,12 @@ static void lbs_block_fill(struct lbs_block *blk, bool for_write, bool for_wb)
 	struct lbs_c *lc = blk->lc;
 
 	if (!bitmap_empty(blk->valid, lc->block_sectors)) {
+		int gen = atomic_read(&lc->free_gen);
+
+		smp_rmb();	/* free_gen before the pool */
 		blk->fill = lbs_buf_get(lc, lc->bounce_pool);
 		if (!blk->fill) {
-			lbs_park(blk, false);
+			lbs_park(blk, false, gen);
 			return;
 		}
 	}
@@ -544,6 +563,7 @@ static void lbs_block_set_dirty(struct lbs_block *blk, unsigned int end)
 	WRITE_ONCE(blk->dirtied, blk->written);
 	atomic_inc(&lc->nr_dirty);
 	xa_set_mark(&lc->blocks, blk->index, LBS_MARK_DIRTY);
+	xa_clear_mark(&lc->blocks, blk->index, LBS_MARK_CLEAN);
 	spin_unlock(&blk->lock);
 }
 
@@ -571,8 +591,10 @@ static void lbs_block_set_clean(struct lbs_block *blk)
 
 	spin_lock(&blk->lock);
 	if (test_and_clear_bit(LBS_B_DIRTY, &blk->flags)) {
+		/* Was dirty, so not evicted: the index is still this block's. */
 		atomic_dec(&lc->nr_dirty);
 		xa_clear_mark(&lc->blocks, blk->index, LBS_MARK_DIRTY);
+		xa_set_mark(&lc->blocks, blk->index, LBS_MARK_CLEAN);
 	}
 	flushed = test_and_clear_bit(LBS_B_FLUSH_PENDING, &blk->flags);
 	if (flushed)
@@ -888,6 +910,14 @@ retry:
 		mempool_free(new, lc->block_pool);
 		return false;
 	}
+	/*
+	 * Another bio may have found it and made it dirty already; our
+	 * reference keeps it from eviction until the work runs.
+	 */
+	spin_lock(&new->lock);
+	if (!test_bit(LBS_B_DIRTY, &new->flags))
+		xa_set_mark(&lc->blocks, index, LBS_MARK_CLEAN);
+	spin_unlock(&new->lock);
 	lbs_block_run(new);
 	return true;
 }

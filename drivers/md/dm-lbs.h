@@ -36,6 +36,7 @@
 /* xarray marks of lc->blocks: walks cost what they find, not the cache. */
 #define LBS_MARK_DIRTY		XA_MARK_0	/* LBS_B_DIRTY */
 #define LBS_MARK_FLUSH		XA_MARK_1	/* LBS_B_FLUSH_PENDING */
+#define LBS_MARK_CLEAN		XA_MARK_2	/* not LBS_B_DIRTY: eviction candidates */
 
 /* Counters reported by "dmsetup status", in this order; append only. */
 enum lbs_stat {
