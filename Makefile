@@ -34,7 +34,7 @@ DEB_PACKAGES := qemu-system-x86 qemu-utils \
 	busybox-static cpio kmod dmsetup fdisk nbdkit nbdkit-plugin-dev nbd-client \
 	libnbd-bin fio sg3-utils e2fsprogs xfsprogs udftools xorriso gnuplot-nox \
 	linux-source-6.1 linux-source-6.12 sparse gcc make perl xz-utils zstd \
-	python3-libnbd libpod-markdown-perl mmdebstrap dosfstools
+	python3-libnbd libpod-markdown-perl mmdebstrap dosfstools systemd udev
 # What the debug kernel's build needs beyond DEB_PACKAGES (make debug-kernel).
 KBUILD_PACKAGES := flex bison bc libelf-dev libssl-dev
 missing = $(shell dpkg-query -W -f='$${Package} $${Status}\n' $(1) 2>/dev/null | \

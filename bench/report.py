@@ -719,6 +719,10 @@ def write_markdown(path, summ, env, runs, plots, targets, quick, pngrel):
           "profiles.  It found eviction walking the dirty blocks of a full cache, "
           "once per parked block and per wake-up; eviction now walks the clean blocks "
           "only (an xarray mark) and only an idle block wakes the parked ones.")
+        A("- [bench-kernels.md](bench-kernels.md) (`bench/kernels`): the quick benchmark "
+          "on 6.1, 6.12 and 7.x, and which counters or ratios differ between the kernels.")
+        A("- [native.md](native.md) (`bench/native`, 7.x): file systems directly on native "
+          "32 and 64 KiB-logical devices against the same work through lbs.")
         A("")
     A("## Raw data")
     A("")

@@ -240,14 +240,16 @@ void lbs_end_bio(struct lbs_c *lc, struct bio *bio, blk_status_t error)
 
 	if (pb->pt_count)
 		lbs_pt_end(lc, pb);
-	/* Errors of bios served by the cache were counted by the cache. */
+	/*
+	 * Errors of bios served by the cache were counted by the cache.  The
+	 * bio's size is spent by its completion (it reads 0): log no size.
+	 */
 	if (pb->remapped && error && error != BLK_STS_NOTSUPP) {
 		lbs_stat_inc(lc, LBS_LOWER_ERRORS);
-		DMERR_LIMIT("%s: error %d on %s of %u bytes at sector %llu%s",
+		DMERR_LIMIT("%s: error %d on %s at sector %llu%s",
 			    dm_table_device_name(lc->ti->table),
 			    blk_status_to_errno(error),
 			    op_is_write(bio_op(bio)) ? "write" : "read",
-			    bio->bi_iter.bi_size,
 			    (unsigned long long)bio->bi_iter.bi_sector,
 			    bio->bi_opf & REQ_PREFLUSH ? " (flush)" : "");
 	}
